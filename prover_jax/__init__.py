@@ -1,0 +1,11 @@
+"""ProVer-JAX: agentic RL for LLMs with fine-grained credit assignment.
+
+`prover_jax.batch` defines the padded token batch; `prover_jax.credit` holds the jitted credit
+kernels and the credit-method registry.
+"""
+
+from prover_jax import credit
+from prover_jax.batch import Batch, Message, Trajectory, pack, validate
+
+__all__ = ["Batch", "Message", "Trajectory", "credit", "pack", "validate"]
+__version__ = "0.1.0"

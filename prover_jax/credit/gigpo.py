@@ -1,0 +1,171 @@
+"""GiGPO: episode advantage plus anchor-state step advantage (SPEC §3).
+
+Semantics follow the reference implementation (verl-agent `compute_gigpo_outcome_advantage`):
+
+- modes `mean_norm` (subtract the mean) and `mean_std_norm` (also divide by `std + eps`), with the
+  unbiased (n-1) std;
+- a singleton episode group gets mean 0 / std 1, so its advantage is the raw score, while a
+  singleton step group gets step advantage 0;
+- the reference computes episode statistics over one row per (trajectory, turn), so longer
+  trajectories weigh more: `episode_stats="per_turn"`; the paper's form is `"per_trajectory"`.
+
+Step groups are all turns of one task group whose pre-action anchor states are identical, repeated
+states inside a trajectory included. The host turns anchor observations into integer ids
+(`anchor_ids_from_observations`); the kernel only needs "equal id within a group = same state".
+Each turn's step reward is its discounted return `R_t = r_t + gamma * R_{t+1}` within its
+trajectory, with the terminal reward on the last turn unless per-turn rewards are given.
+
+Where every value of a group is equal the centred value is exactly 0, not a rounding residue that
+`mean_std_norm` would blow up by 1/eps. The reference's invalid-action penalty and its batch
+padding by duplicated rows are trainer concerns and do not belong here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import itertools
+from collections.abc import Sequence
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prover_jax.checks import check_arrays, check_choice
+from prover_jax.credit.segments import dense_ids, segment_stats
+
+Mode = Literal["mean_norm", "mean_std_norm"]
+EpisodeStats = Literal["per_trajectory", "per_turn"]
+
+
+def discounted_returns(step_rewards: jax.Array, turn_valid: jax.Array,
+                       gamma: float | jax.Array) -> jax.Array:
+    """`R[b, t] = sum_{s >= t} gamma^(s - t) r[b, s]` over valid turns, as one matmul.
+
+    Args:
+      step_rewards: float32 [B, T].
+      turn_valid: bool [B, T].
+      gamma: discount factor.
+
+    Returns:
+      float32 [B, T]; 0 on padding turns.
+    """
+    t = jnp.arange(turn_valid.shape[1])
+    lag = t[None, :] - t[:, None]  # [t, s] -> s - t
+    discount = jnp.where(lag >= 0, jnp.asarray(gamma, jnp.float32) ** jnp.maximum(lag, 0), 0.0)
+    rewards = jnp.where(turn_valid, step_rewards, 0.0)
+    return jnp.where(turn_valid, jnp.einsum("bs,ts->bt", rewards, discount), 0.0)
+
+
+def terminal_step_rewards(rewards: jax.Array, turn_valid: jax.Array) -> jax.Array:
+    """Per-turn rewards with the terminal reward on each row's last valid turn, float32 [B, T]."""
+    last = jnp.sum(turn_valid, axis=1) - 1
+    is_last = jnp.arange(turn_valid.shape[1])[None, :] == last[:, None]
+    return jnp.where(is_last & turn_valid, rewards[:, None], 0.0).astype(jnp.float32)
+
+
+def _normalise(values, stats, mode: Mode, eps, singleton_std: float):
+    centred = jnp.where(stats.constant, 0.0, values - stats.mean)
+    if mode == "mean_norm":
+        return centred
+    std = jnp.where(stats.count > 1, stats.std, singleton_std)
+    return centred / (std + eps)
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "episode_stats"))
+def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
+          turn_valid: jax.Array, step_rewards: jax.Array | None = None,
+          gamma: float | jax.Array = 0.95, omega: float | jax.Array = 1.0,
+          mode: Mode = "mean_norm", episode_stats: EpisodeStats = "per_trajectory",
+          eps: float | jax.Array = 1e-6) -> jax.Array:
+    """GiGPO advantage `A[b, t] = A_episode[b] + omega * A_step[b, t]`.
+
+    Args:
+      rewards: float32 [B] terminal (episode) rewards.
+      group_ids: int32 [B] task group of each row; -1 marks a padding row.
+      anchor_ids: int32 [B, T] id of the state each turn acted from; equal ids within a group
+        form a step group (ids need not be dense or unique across groups).
+      turn_valid: bool [B, T].
+      step_rewards: float32 [B, T] per-turn environment rewards, or None for the terminal reward
+        on the last turn.
+      gamma: discount of the step return.
+      omega: weight of the step advantage.
+      mode: "mean_norm" or "mean_std_norm".
+      episode_stats: "per_trajectory" or "per_turn" (the reference implementation's weighting).
+      eps: added to stds in "mean_std_norm".
+
+    Returns:
+      float32 [B, T]; 0 on padding rows and turns.
+    """
+    check_arrays({
+        "rewards": (rewards, "b", "f"), "group_ids": (group_ids, "b", "i"),
+        "anchor_ids": (anchor_ids, "b t", "i"), "turn_valid": (turn_valid, "b t", "b"),
+    })
+    check_choice("mode", mode, ("mean_norm", "mean_std_norm"))
+    check_choice("episode_stats", episode_stats, ("per_trajectory", "per_turn"))
+    if step_rewards is None:
+        step_rewards = terminal_step_rewards(rewards, turn_valid)
+    check_arrays({"step_rewards": (step_rewards, "b t", "f"), "turn_valid": (turn_valid, "b t", "b")})
+
+    row_valid = group_ids >= 0
+    turn_valid = turn_valid & row_valid[:, None]
+    group = dense_ids((group_ids,), row_valid)
+    weights = jnp.sum(turn_valid, axis=1) if episode_stats == "per_turn" else row_valid
+    episode = segment_stats(rewards.astype(jnp.float32), group, weights.astype(jnp.float32))
+    episode = episode._replace(mean=jnp.where(episode.count > 1, episode.mean, 0.0),
+                               constant=episode.constant & (episode.count > 1))
+    episode_adv = _normalise(rewards, episode, mode, eps, singleton_std=1.0)
+
+    b, t = turn_valid.shape
+    flat_valid = turn_valid.reshape(-1)
+    step_group = dense_ids((jnp.repeat(group, t), anchor_ids.reshape(-1)), flat_valid)
+    returns = discounted_returns(step_rewards, turn_valid, gamma).reshape(-1)
+    step = segment_stats(returns, step_group)
+    step_adv = _normalise(returns, step, mode, eps, singleton_std=1.0).reshape(b, t)
+
+    return jnp.where(turn_valid, episode_adv[:, None] + omega * step_adv, 0.0)
+
+
+def anchor_ids_from_observations(observations: Sequence[Sequence[str]],
+                                 group_ids: Sequence[int], num_turns: int,
+                                 similarity: float | None = None) -> np.ndarray:
+    """Host-side anchor ids from the observation each turn acted on.
+
+    Exact mode gives equal ids to identical texts. Similarity mode (the reference's
+    `enable_similarity`) walks each group's turns in row order and puts a turn in the first
+    cluster whose representative has a `difflib` ratio >= `similarity`, else opens a cluster.
+
+    Args:
+      observations: per row, the anchor observation of each of its turns.
+      group_ids: group of each row (length B).
+      num_turns: T of the padded batch.
+      similarity: None for exact matching, else a threshold in (0, 1).
+
+    Returns:
+      int32 [B, T]; -1 on padding turns.
+    """
+    if similarity is not None and not 0.0 < similarity < 1.0:
+        raise ValueError(f"similarity must be in (0, 1), got {similarity}")
+    ids = np.full((len(observations), num_turns), -1, dtype=np.int32)
+    new_id = itertools.count()
+    exact: dict[tuple[int, str], int] = {}
+    representatives: dict[int, list[tuple[str, int]]] = {}
+    for row, (group, turns) in enumerate(zip(group_ids, observations)):
+        if len(turns) > num_turns:
+            raise ValueError(f"observations[{row}] has {len(turns)} turns > T={num_turns}")
+        for turn, text in enumerate(turns):
+            if similarity is None:
+                key = (group, text)
+                if key not in exact:
+                    exact[key] = next(new_id)
+                ids[row, turn] = exact[key]
+                continue
+            reps = representatives.setdefault(group, [])
+            match = next((cid for rep, cid in reps
+                          if difflib.SequenceMatcher(None, text, rep).ratio() >= similarity), None)
+            if match is None:
+                match = next(new_id)
+                reps.append((text, match))
+            ids[row, turn] = match
+    return ids

@@ -1,0 +1,128 @@
+"""Segment reductions: group statistics without Python loops over groups.
+
+Group ids in a batch are arbitrary integers (task indices, hashes); `dense_ids` maps them to
+`0..n_groups-1` inside `jit` by sorting, so every statistic below is a `segment_sum` with a static
+number of segments (the number of entries, an upper bound on the number of groups). Entries that
+are not valid get the id `n`, which `segment_sum` drops.
+
+Glossary: n entries (rows, or rows × turns flattened), m columns.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+def dense_ids(keys: tuple[jax.Array, ...], valid: jax.Array) -> jax.Array:
+    """Dense ids of distinct key tuples among valid entries.
+
+    Args:
+      keys: one or more int arrays [N]; entries with equal tuples share an id.
+      valid: bool [N]; invalid entries get id N (dropped by `segment_sum`).
+
+    Returns:
+      int32 [N] with ids in 0..(number of distinct valid tuples)-1, ordered by key value.
+    """
+    n = valid.shape[0]
+    invalid_first_key = (~valid).astype(jnp.int32)
+    order = jnp.lexsort(tuple(reversed(keys)) + (invalid_first_key,))
+    sorted_keys = [k[order] for k in keys]
+    changed = jnp.zeros(n, dtype=bool).at[0].set(True)
+    for k in sorted_keys:
+        changed = changed | jnp.concatenate([jnp.ones(1, bool), k[1:] != k[:-1]])
+    sorted_ids = jnp.cumsum(changed.astype(jnp.int32)) - 1
+    ids = jnp.zeros(n, jnp.int32).at[order].set(sorted_ids)
+    return jnp.where(valid, ids, n)
+
+
+class SegmentStats(NamedTuple):
+    """Per-entry view of its segment's statistics; every field is float32 [N]."""
+
+    count: jax.Array  # total weight of the entry's segment
+    mean: jax.Array  # weighted mean
+    std: jax.Array  # unbiased (n-1) standard deviation; 0 where count <= 1
+    constant: jax.Array  # bool: every valid value in the segment is equal
+
+
+def segment_stats(values: jax.Array, ids: jax.Array, weights: jax.Array | None = None
+                  ) -> SegmentStats:
+    """Weighted mean and unbiased std of `values` within segments, broadcast back to entries.
+
+    With weights w the unbiased variance is sum w (x - mean)^2 / (sum w - 1): an entry of weight w
+    counts as w repeated observations, the way a per-turn batch repeats a trajectory's reward.
+
+    Args:
+      values: float [N].
+      ids: int32 [N] segment ids in 0..N-1, or N for entries to ignore.
+      weights: float [N] or None for unit weights.
+
+    Returns:
+      SegmentStats of the entry's own segment (zeros for ignored entries).
+    """
+    n = values.shape[0]
+    w = jnp.ones_like(values) if weights is None else weights.astype(values.dtype)
+    seg_sum = lambda x: jax.ops.segment_sum(x, ids, num_segments=n)  # noqa: E731
+    take = lambda s: jnp.where(ids < n, s[jnp.minimum(ids, n - 1)], 0.0)  # noqa: E731
+    count = take(seg_sum(w))
+    mean = take(seg_sum(w * values)) / jnp.maximum(count, 1e-30)
+    sq = take(seg_sum(w * (values - mean) ** 2))
+    std = jnp.sqrt(jnp.where(count > 1, sq / jnp.maximum(count - 1, 1e-30), 0.0))
+    hi = jax.ops.segment_max(values, ids, num_segments=n)
+    lo = jax.ops.segment_min(values, ids, num_segments=n)
+    constant = take((hi == lo).astype(values.dtype)) > 0
+    return SegmentStats(count, mean, std, constant)
+
+
+def segment_median(values: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
+    """Median of each column within each segment, over valid entries only.
+
+    Args:
+      values: float [N, M].
+      ids: int32 [N] segment ids in 0..N-1 (N = ignored row).
+      valid: bool [N, M]; entries that take part in their column's median.
+
+    Returns:
+      float [N, M]: the median of the entry's (segment, column), broadcast back to the entry;
+      0 where the entry's row is ignored or its (segment, column) has no valid entry.
+    """
+    n, _ = values.shape
+    col_ids = jnp.where(valid & (ids < n)[:, None], ids[:, None], n)
+
+    def column(v: jax.Array, seg: jax.Array) -> jax.Array:
+        order = jnp.lexsort((v, seg))
+        sorted_v = v[order]
+        counts = jax.ops.segment_sum(jnp.ones_like(seg), seg, num_segments=n)
+        starts = jnp.cumsum(counts) - counts
+        lo = starts + jnp.maximum(counts - 1, 0) // 2
+        hi = starts + counts // 2
+        med = 0.5 * (sorted_v[jnp.minimum(lo, n - 1)] + sorted_v[jnp.minimum(hi, n - 1)])
+        med = jnp.where(counts > 0, med, 0.0)
+        row_seg = jnp.minimum(ids, n - 1)
+        return jnp.where(ids < n, med[row_seg], 0.0)
+
+    return jax.vmap(column, in_axes=1, out_axes=1)(values, col_ids)
+
+
+def masked_quantile(x: jax.Array, mask: jax.Array, q: float) -> jax.Array:
+    """The q-quantile of x over masked entries, linear interpolation as `numpy.quantile`.
+
+    Args:
+      x: float array of any shape.
+      mask: bool, same shape.
+      q: quantile in [0, 1].
+
+    Returns:
+      float scalar; 0 when the mask is empty.
+    """
+    flat = jnp.where(mask, x, jnp.inf).ravel()
+    count = jnp.sum(mask)
+    ordered = jnp.sort(flat)
+    pos = q * jnp.maximum(count - 1, 0).astype(x.dtype)
+    lo = jnp.floor(pos).astype(jnp.int32)
+    hi = jnp.minimum(lo + 1, jnp.maximum(count - 1, 0))
+    frac = pos - lo
+    value = ordered[lo] * (1 - frac) + jnp.where(frac > 0, ordered[hi], 0.0) * frac
+    return jnp.where(count > 0, value, 0.0)

@@ -1,0 +1,58 @@
+"""VICT as credit methods of the trainer's registry (entry point `prover_jax.credit_methods`).
+
+Registers `vict` (GRPO base, eq. 9) and `NAME+vict` for every other method registered before it
+(eq. 10: VICT corrections composed onto NAME's per-turn advantages, e.g. `prover+vict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from prover_jax.credit import registry
+from vict_jax.redistribute import RedistributionConfig, redistribute
+
+VICT_INPUTS = {"marginals": ("b m", "f"), "eligible": ("b m", "b"), "omega": ("b t m", "f")}
+
+
+@dataclasses.dataclass(frozen=True)
+class VictConfig:
+    """`base`: config of the method VICT composes with (None: its defaults)."""
+
+    base: Any = None
+    redistribution: RedistributionConfig = RedistributionConfig()
+
+
+def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMethod:
+    def compute(batch, inputs, config: VictConfig):
+        if base_method is None:
+            base_config = config.base if config.base is not None else registry.GrpoConfig()
+            outcome = registry.outcome_of(batch, base_config)
+            base = outcome
+        else:
+            base_config = config.base if config.base is not None else base_method.config_type()
+            base_inputs = {k: inputs[k] for k in base_method.inputs}
+            base, outcome = base_method.compute(batch, base_inputs, base_config)
+        result = redistribute(base, inputs["marginals"], inputs["eligible"], inputs["omega"],
+                              batch.turn_valid, batch.group_ids, config.redistribution)
+        return result.advantages, outcome
+
+    def check_values(batch, inputs):
+        if base_method is not None and base_method.check_values is not None:
+            base_method.check_values(batch, {k: inputs[k] for k in base_method.inputs})
+
+    if base_method is None:
+        return registry.CreditMethod("vict", compute, VICT_INPUTS, VictConfig,
+                                     "GRPO + verifier-traced corrections (VICT eq. 9)")
+    return registry.CreditMethod(
+        f"{base_method.name}+vict", compute, {**base_method.inputs, **VICT_INPUTS}, VictConfig,
+        f"{base_method.name} + verifier-traced corrections (VICT eq. 10)", check_values)
+
+
+def register() -> None:
+    """Registers `vict` and `NAME+vict` for every method already in the registry."""
+    bases = [registry.get(name) for name in registry.names()
+             if name != "grpo" and not name.endswith("vict")]
+    registry.register(_composed(None))
+    for method in bases:
+        registry.register(_composed(method))

@@ -1,0 +1,204 @@
+"""VICT redistribution (SPEC §4.5; VICT eqs. 7, 9, 10, 16, 17).
+
+Inputs come from the host side of VICT (trace, proof graph, core search): per rollout and atom
+the signed core marginal `delta [B, M]` (0 outside the core), the eligibility gate
+`eligible [B, M]` (conforming atom family, in the core or among its supporting prerequisites)
+and the witness weights `omega [B, T, M]` of the proof edges. Everything here is one jitted pass:
+
+1. supported rollouts of atom j in a group: `delta != 0`, eligible, and j has a proof edge;
+2. robust group normalisation per (group, atom) over supported rollouts; fewer than two
+   supported rollouts or a zero scale give 0 (`too_few`, `zero_scale` report where);
+   default scale-only `delta / (median|delta| + eps)`, or eq. 16 with `center=True`;
+3. eq. 7: `A_vict[b, t] = sum_j dhat[b, j] omega[b, t, j] / Z[b, j]`, `Z = sum_t omega + eps_z`;
+4. eq. 9 / 10: `A[b, t] = A_base[b, t] + lam * clip(A_vict[b, t], -c, c)` with eq. 17
+   `lam = gamma_lambda * median|A_base| / (median of nonzero |A_vict| + eps)` and
+   `c = quantile_0.95 |A_base|`, calibrated over the batch's valid turns.
+
+Calibration departs from a literal eq. 17 in one respect, kept as `calibration="all"`: by default
+the base statistics are taken over turns whose base advantage is non-zero. Groups whose rewards
+are all equal have zero base advantage and cannot carry a correction (their sign q is 0), yet in
+a typical batch they are most of the turns; counting them drives median|A_base| and with it
+lambda to 0, silently switching VICT off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from prover_jax.checks import check_arrays, check_choice
+from prover_jax.credit.segments import dense_ids, masked_quantile, segment_median
+from prover_jax.credit.tokens import per_turn
+
+MAD_TO_STD = 1.4826
+
+
+@dataclasses.dataclass(frozen=True)
+class RedistributionConfig:
+    """Knobs of the redistribution (defaults of SPEC §4.5)."""
+
+    gamma_lambda: float = 1.0
+    center: bool = False  # True: eq. 16 literally, (delta - median) / (1.4826 MAD + eps)
+    norm_eps: float = 1e-8
+    z_eps: float = 1e-8
+    lambda_eps: float = 1e-8
+    clip_quantile: float = 0.95
+    calibration: Literal["nonzero", "all"] = "nonzero"
+
+
+class Normalised(NamedTuple):
+    """Robust-normalised marginals and where normalisation abstained; all [B, M]."""
+
+    values: jax.Array  # float32
+    supported: jax.Array  # bool
+    too_few: jax.Array  # bool: delta != 0 but fewer than 2 supported rollouts in the group
+    zero_scale: jax.Array  # bool: delta != 0, enough support, but the robust scale is 0
+
+
+class Redistributed(NamedTuple):
+    """Output of `redistribute`."""
+
+    advantages: jax.Array  # float32 [B, T] final per-turn advantage
+    corrections: jax.Array  # float32 [B, T] A_vict (eq. 7), before lambda and clipping
+    normalised: Normalised
+    lam: jax.Array  # float32 scalar
+    clip: jax.Array  # float32 scalar c
+
+
+def has_edge(omega: jax.Array) -> jax.Array:
+    """bool [B, M]: atom j has at least one proof edge in rollout b."""
+    return jnp.any(omega > 0, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("center",))
+def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
+              group_ids: jax.Array, center: bool = False,
+              eps: float | jax.Array = 1e-8) -> Normalised:
+    """Robust per-(group, atom) normalisation of core marginals over supported rollouts.
+
+    Args:
+      marginals: float32 [B, M] signed marginals delta (0 outside the core).
+      eligible: bool [B, M] eligibility gate.
+      omega: float32 [B, T, M] witness weights.
+      group_ids: int32 [B]; -1 marks padding.
+      center: False for scale-only `delta / (s + eps)` with s the median |delta|; True for eq. 16.
+      eps: added to the scale.
+
+    Returns:
+      Normalised, values 0 wherever the rollout is not supported or the atom abstains.
+    """
+    check_arrays({
+        "marginals": (marginals, "b m", "f"), "eligible": (eligible, "b m", "b"),
+        "omega": (omega, "b t m", "f"), "group_ids": (group_ids, "b", "i"),
+    })
+    row_valid = group_ids >= 0
+    ids = dense_ids((group_ids,), row_valid)
+    supported = (marginals != 0) & eligible & has_edge(omega) & row_valid[:, None]
+    n = ids.shape[0]
+    count = jax.ops.segment_sum(supported.astype(jnp.int32), ids, num_segments=n)
+    count = jnp.where(row_valid[:, None], count[jnp.minimum(ids, n - 1)], 0)
+    if center:
+        median = segment_median(marginals, ids, supported)
+        scale = MAD_TO_STD * segment_median(jnp.abs(marginals - median), ids, supported)
+    else:
+        median = jnp.zeros_like(marginals)
+        scale = segment_median(jnp.abs(marginals), ids, supported)
+    enough = count >= 2
+    usable = supported & enough & (scale > 0)
+    values = jnp.where(usable, (marginals - median) / (scale + eps), 0.0)
+    too_few = (marginals != 0) & row_valid[:, None] & ~enough
+    zero_scale = supported & enough & (scale <= 0)
+    return Normalised(values.astype(jnp.float32), supported, too_few, zero_scale)
+
+
+@jax.jit
+def corrections(normalised: jax.Array, omega: jax.Array, z_eps: float | jax.Array = 1e-8
+                ) -> jax.Array:
+    """Eq. 7: `A_vict[b, t] = sum_m dhat[b, m] * omega[b, t, m] / (sum_t omega[b, t, m] + z_eps)`.
+
+    Args:
+      normalised: float32 [B, M] normalised marginals.
+      omega: float32 [B, T, M] witness weights.
+      z_eps: smoothing of the per-atom total weight Z.
+
+    Returns:
+      float32 [B, T].
+    """
+    check_arrays({"normalised": (normalised, "b m", "f"), "omega": (omega, "b t m", "f")})
+    z = jnp.sum(omega, axis=1) + z_eps
+    return jnp.einsum("bm,btm->bt", normalised / z, omega)
+
+
+def calibrate(base: jax.Array, vict: jax.Array, turn_valid: jax.Array,
+              config: RedistributionConfig) -> tuple[jax.Array, jax.Array]:
+    """Eq. 17: (lambda, c) from the per-turn base advantages and corrections, [B, T] each."""
+    magnitude = jnp.abs(base)
+    base_turns = turn_valid if config.calibration == "all" else turn_valid & (magnitude > 0)
+    base_median = masked_quantile(magnitude, base_turns, 0.5)
+    clip = masked_quantile(magnitude, base_turns, config.clip_quantile)
+    vict_turns = turn_valid & (vict != 0)
+    vict_median = masked_quantile(jnp.abs(vict), vict_turns, 0.5)
+    lam = jnp.where(jnp.any(vict_turns),
+                    config.gamma_lambda * base_median / (vict_median + config.lambda_eps), 0.0)
+    return lam, clip
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
+                 omega: jax.Array, turn_valid: jax.Array, group_ids: jax.Array,
+                 config: RedistributionConfig = RedistributionConfig()) -> Redistributed:
+    """Final VICT advantages, eq. 9 (base [B]) or the eq. 10 composition (base [B, T]).
+
+    Args:
+      base: float32 [B] outcome advantage (GRPO, RLOO), or [B, T] per-turn advantage of a
+        rollout-side method M (ProVer, GiGPO, ...); lambda and c are calibrated from it.
+      marginals: float32 [B, M] signed core marginals `q_i * phi_j`.
+      eligible: bool [B, M] eligibility gate.
+      omega: float32 [B, T, M] witness weights.
+      turn_valid: bool [B, T].
+      group_ids: int32 [B]; -1 marks padding.
+      config: RedistributionConfig (static).
+
+    Returns:
+      Redistributed; advantages equal `base` wherever every correction is zero.
+    """
+    check_arrays({
+        "marginals": (marginals, "b m", "f"), "omega": (omega, "b t m", "f"),
+        "turn_valid": (turn_valid, "b t", "b"), "group_ids": (group_ids, "b", "i"),
+    })
+    check_choice("calibration", config.calibration, ("nonzero", "all"))
+    base_bt = per_turn(base, turn_valid)
+    norm = normalise(marginals, eligible, omega, group_ids, config.center, config.norm_eps)
+    vict = jnp.where(turn_valid, corrections(norm.values, omega, config.z_eps), 0.0)
+    lam, clip = calibrate(base_bt, vict, turn_valid, config)
+    advantages = base_bt + lam * jnp.clip(vict, -clip, clip)
+    return Redistributed(jnp.where(turn_valid, advantages, 0.0), vict, norm, lam, clip)
+
+
+@jax.jit
+def eligibility_violations(vict: jax.Array, normalised: jax.Array, eligible: jax.Array,
+                           omega: jax.Array) -> jax.Array:
+    """Counts turns that violate the eligibility invariant (VICT eq. 8); must be 0.
+
+    A non-zero correction at (b, t) must be explained by some atom m that is eligible, has a
+    proof edge at t (`omega[b, t, m] > 0`) and a non-zero normalised marginal.
+
+    Args:
+      vict: float32 [B, T] corrections A_vict.
+      normalised: float32 [B, M].
+      eligible: bool [B, M].
+      omega: float32 [B, T, M].
+
+    Returns:
+      int32 scalar: the number of violating turns.
+    """
+    check_arrays({
+        "vict": (vict, "b t", "f"), "normalised": (normalised, "b m", "f"),
+        "eligible": (eligible, "b m", "b"), "omega": (omega, "b t m", "f"),
+    })
+    witness = (omega > 0) & (eligible & (normalised != 0))[:, None, :]
+    return jnp.sum((vict != 0) & ~jnp.any(witness, axis=2)).astype(jnp.int32)
