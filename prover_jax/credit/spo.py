@@ -1,8 +1,8 @@
 """SPO-chain and SPO-tree segment advantages (SPEC §3; ProVer paper appendix A.3).
 
 SPO-chain splits the action turns of each selected success into up to `num_segments` contiguous,
-near-equal segments; turn t of a row with T_i turns and S_i = min(S, T_i) segments lies in
-segment `floor(t * S_i / T_i)`. With boundary values V_0 (group mean reward), V_1..V_{S_i-1}
+near-equal segments: S_i = min(S, T_i) segments whose sizes differ by at most one, the longer ones
+first (as `numpy.array_split`). With boundary values V_0 (group mean reward), V_1..V_{S_i-1}
 (Monte-Carlo values at the internal boundaries) and V_{S_i} = R_i, segment k gets
 `gamma * V_k - V_{k-1}` (gamma = 1 in the paper). Other rows keep their base advantage.
 
@@ -42,14 +42,15 @@ def spo_chain_segments(turn_valid: jax.Array, num_segments: int = 3):
     check_arrays({"turn_valid": (turn_valid, "b t", "b")})
     if num_segments < 1:
         raise ValueError(f"num_segments must be >= 1, got {num_segments}")
-    n_turns = jnp.sum(turn_valid, axis=1)
-    n_segs = jnp.minimum(num_segments, n_turns)
+    n_turns = jnp.sum(turn_valid, axis=1)[:, None]
+    n_segs = jnp.maximum(jnp.minimum(num_segments, n_turns), 1)
+    size, longer = n_turns // n_segs, n_turns % n_segs  # the first `longer` segments get size+1
     t = jnp.arange(turn_valid.shape[1])[None, :]
-    segment = (t * n_segs[:, None]) // jnp.maximum(n_turns, 1)[:, None]
+    split = longer * (size + 1)
+    segment = jnp.where(t < split, t // (size + 1), longer + (t - split) // jnp.maximum(size, 1))
     segment = jnp.where(turn_valid, segment, -1).astype(jnp.int32)
     k = jnp.arange(1, num_segments)[None, :]
-    first = -((-k * n_turns[:, None]) // jnp.maximum(n_segs, 1)[:, None])  # ceil(k T_i / S_i)
-    boundaries = jnp.where(k < n_segs[:, None], first, -1).astype(jnp.int32)
+    boundaries = jnp.where(k < n_segs, k * size + jnp.minimum(k, longer), -1).astype(jnp.int32)
     return segment, boundaries
 
 

@@ -1,0 +1,43 @@
+"""Shared hypothesis strategies: random multi-turn groups packed into padded batches."""
+
+from __future__ import annotations
+
+import os
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+
+from prover_jax.batch import Message, Trajectory, pack
+
+settings.register_profile(
+    "prover", max_examples=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "prover"))
+
+REWARDS = st.sampled_from([0.0, 0.0, 1.0, 1.0, 0.5, 0.25])
+
+
+@st.composite
+def trajectories(draw, max_turns: int = 5) -> Trajectory:
+    """A conversation: system prompt, then per turn an assistant action and an observation."""
+    n_turns = draw(st.integers(1, max_turns))
+    tokens = st.lists(st.integers(1, 99), min_size=1, max_size=3)
+    messages = [Message(draw(tokens), "system")]
+    for t in range(n_turns):
+        messages.append(Message(draw(tokens), "assistant", t))
+        if t < n_turns - 1 or draw(st.booleans()):
+            messages.append(Message(draw(tokens), "tool"))
+    return Trajectory(messages, draw(REWARDS))
+
+
+@st.composite
+def groups(draw, max_groups: int = 4, max_size: int = 4):
+    n = draw(st.integers(1, max_groups))
+    return [draw(st.lists(trajectories(), min_size=1, max_size=max_size)) for _ in range(n)]
+
+
+@st.composite
+def batches(draw):
+    """A packed Batch (numpy arrays) with random padding rows."""
+    return pack(draw(groups()), row_multiple=4)
+
