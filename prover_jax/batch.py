@@ -102,7 +102,8 @@ def _check_trajectory(traj: Trajectory, where: str) -> int:
 
 
 def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
-         min_len: int = 16, max_len: int | None = None, row_multiple: int = 1) -> Batch:
+         min_len: int = 16, min_turns: int = 1, max_len: int | None = None,
+         row_multiple: int = 1) -> Batch:
     """Packs groups of trajectories into a padded `Batch` (numpy arrays).
 
     Args:
@@ -110,6 +111,7 @@ def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
         its rows is g.
       pad_token_id: token id written into padding.
       min_len: smallest L bucket.
+      min_turns: smallest T bucket.
       max_len: longest allowed conversation; a longer one is an error, never silently cut.
       row_multiple: B is padded with padding rows (group id -1) to a multiple of this, e.g.
         the data-parallel size.
@@ -129,7 +131,7 @@ def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
         raise ValueError(f"a conversation has {longest} tokens > max_len={max_len}")
     n_rows = -(-len(rows) // row_multiple) * row_multiple
     length = bucket(longest, min_len)
-    n_turns = bucket(max(t for _, _, t in rows))
+    n_turns = bucket(max(t for _, _, t in rows), min_turns)
 
     tokens = np.full((n_rows, length), pad_token_id, np.int32)
     loss_mask = np.zeros((n_rows, length), bool)
