@@ -231,6 +231,8 @@ def vict_redistribute(base, marginals, eligible, omega, turn_valid, group_ids, c
     valid = np.asarray(turn_valid, bool)
     norm = vict_normalise(marginals, eligible, omega, group_ids, center, eps)
     vict = vict_corrections(norm, omega, eps) * valid
+    # Corrections that cancel exactly in float32 leave ~1e-8 residues in float64; they are zero.
+    vict[np.abs(vict) < 1e-6] = 0.0
     mags = np.abs(base_bt[valid])
     if calibration == "nonzero":
         mags = mags[mags > 0]

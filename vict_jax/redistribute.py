@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from prover_jax.checks import check_arrays, check_choice
-from prover_jax.credit.segments import dense_ids, masked_quantile, segment_median
+from prover_jax.credit.segments import dense_ids, masked_quantiles, segment_median
 from prover_jax.credit.tokens import per_turn
 
 MAD_TO_STD = 1.4826
@@ -138,10 +138,9 @@ def calibrate(base: jax.Array, vict: jax.Array, turn_valid: jax.Array,
     """Eq. 17: (lambda, c) from the per-turn base advantages and corrections, [B, T] each."""
     magnitude = jnp.abs(base)
     base_turns = turn_valid if config.calibration == "all" else turn_valid & (magnitude > 0)
-    base_median = masked_quantile(magnitude, base_turns, 0.5)
-    clip = masked_quantile(magnitude, base_turns, config.clip_quantile)
+    base_median, clip = masked_quantiles(magnitude, base_turns, (0.5, config.clip_quantile))
     vict_turns = turn_valid & (vict != 0)
-    vict_median = masked_quantile(jnp.abs(vict), vict_turns, 0.5)
+    (vict_median,) = masked_quantiles(jnp.abs(vict), vict_turns, (0.5,))
     lam = jnp.where(jnp.any(vict_turns),
                     config.gamma_lambda * base_median / (vict_median + config.lambda_eps), 0.0)
     return lam, clip

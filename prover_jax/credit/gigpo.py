@@ -11,7 +11,10 @@ Semantics follow the reference implementation (verl-agent `compute_gigpo_outcome
 
 Step groups are all turns of one task group whose pre-action anchor states are identical, repeated
 states inside a trajectory included. The host turns anchor observations into integer ids
-(`anchor_ids_from_observations`); the kernel only needs "equal id within a group = same state".
+(`anchor_ids_from_observations`) that name a (task group, state) pair: equal ids form one step
+group, ids of different task groups differ, and every id lies in [0, B*T). With such ids the step
+groups are plain segment sums; finding groups by sorting arbitrary (group, state) keys inside the
+kernel would cost more than everything else GiGPO does on CPU.
 Each turn's step reward is its discounted return `R_t = r_t + gamma * R_{t+1}` within its
 trajectory, with the terminal reward on the last turn unless per-turn rewards are given.
 
@@ -84,8 +87,9 @@ def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
     Args:
       rewards: float32 [B] terminal (episode) rewards.
       group_ids: int32 [B] task group of each row; -1 marks a padding row.
-      anchor_ids: int32 [B, T] id of the state each turn acted from; equal ids within a group
-        form a step group (ids need not be dense or unique across groups).
+      anchor_ids: int32 [B, T] step-group id of each turn, in [0, B*T): turns with equal ids form
+        a step group, so ids of different task groups must differ (as
+        `anchor_ids_from_observations` makes them); ignored on padding turns.
       turn_valid: bool [B, T].
       step_rewards: float32 [B, T] per-turn environment rewards, or None for the terminal reward
         on the last turn.
@@ -117,12 +121,12 @@ def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
                                constant=episode.constant & (episode.count > 1))
     episode_adv = _normalise(rewards, episode, mode, eps, singleton_std=1.0)
 
-    b, t = turn_valid.shape
-    flat_valid = turn_valid.reshape(-1)
-    step_group = dense_ids((jnp.repeat(group, t), anchor_ids.reshape(-1)), flat_valid)
+    n = turn_valid.size
+    anchors = anchor_ids.reshape(-1)
+    step_group = jnp.where(turn_valid.reshape(-1) & (anchors >= 0), jnp.minimum(anchors, n), n)
     returns = discounted_returns(step_rewards, turn_valid, gamma).reshape(-1)
     step = segment_stats(returns, step_group)
-    step_adv = _normalise(returns, step, mode, eps, singleton_std=1.0).reshape(b, t)
+    step_adv = _normalise(returns, step, mode, eps, singleton_std=1.0).reshape(turn_valid.shape)
 
     return jnp.where(turn_valid, episode_adv[:, None] + omega * step_adv, 0.0)
 
@@ -143,7 +147,7 @@ def anchor_ids_from_observations(observations: Sequence[Sequence[str]],
       similarity: None for exact matching, else a threshold in (0, 1).
 
     Returns:
-      int32 [B, T]; -1 on padding turns.
+      int32 [B, T] ids in [0, B*T), distinct across groups; -1 on padding turns.
     """
     if similarity is not None and not 0.0 < similarity < 1.0:
         raise ValueError(f"similarity must be in (0, 1), got {similarity}")

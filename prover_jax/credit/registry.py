@@ -241,6 +241,19 @@ def _gigpo(batch, inputs, config):
     return turns, grpo(batch.rewards, batch.group_ids, scale, config.eps)
 
 
+def _check_gigpo(batch: Batch, inputs) -> None:
+    anchors = np.asarray(inputs["anchor_ids"])
+    valid = np.asarray(batch.turn_valid)
+    groups = np.broadcast_to(np.asarray(batch.group_ids)[:, None], anchors.shape)[valid]
+    ids = anchors[valid]
+    if ((ids < 0) | (ids >= anchors.size)).any():
+        raise ValueError(f"anchor_ids: valid turns need ids in [0, {anchors.size})")
+    pairs = np.unique(np.stack([ids, groups]), axis=1)
+    if np.unique(pairs[0]).size != pairs.shape[1]:
+        raise ValueError("anchor_ids: an id is shared by two task groups; ids must name a "
+                         "(group, state) pair (see anchor_ids_from_observations)")
+
+
 def _spo_chain(batch, inputs, config):
     outcome = outcome_of(batch, config)
     turns = spo_chain(outcome, batch.rewards, batch.group_ids, batch.turn_valid,
@@ -295,7 +308,7 @@ for _method in (
                  ProverConfig, "GRPO + verified positive segment advantage (ProVer eq. 4)",
                  _check_prover),
     CreditMethod("gigpo", _gigpo, {"anchor_ids": ("b t", "i")}, GigpoConfig,
-                 "episode + anchor-state step advantage (GiGPO)"),
+                 "episode + anchor-state step advantage (GiGPO)", _check_gigpo),
     CreditMethod("spo-chain", _spo_chain,
                  {"boundary_values": ("b s", "f"), "spo_applies": ("b", "b")},
                  SpoChainConfig, "segment advantages from Monte-Carlo boundary values"),

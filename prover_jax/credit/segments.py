@@ -16,6 +16,18 @@ import jax
 import jax.numpy as jnp
 
 
+def sort_order(keys: tuple[jax.Array, ...]) -> jax.Array:
+    """Permutation sorting by `keys[0]`, then `keys[1]`, ... (a stable LSD sort).
+
+    Chained single-key stable argsorts; on CPU they are two orders of magnitude faster than the
+    multi-operand sort behind `jnp.lexsort`.
+    """
+    order = jnp.argsort(keys[-1], stable=True)
+    for key in reversed(keys[:-1]):
+        order = order[jnp.argsort(key[order], stable=True)]
+    return order
+
+
 def dense_ids(keys: tuple[jax.Array, ...], valid: jax.Array) -> jax.Array:
     """Dense ids of distinct key tuples among valid entries.
 
@@ -27,12 +39,11 @@ def dense_ids(keys: tuple[jax.Array, ...], valid: jax.Array) -> jax.Array:
       int32 [N] with ids in 0..(number of distinct valid tuples)-1, ordered by key value.
     """
     n = valid.shape[0]
-    invalid_first_key = (~valid).astype(jnp.int32)
-    order = jnp.lexsort(tuple(reversed(keys)) + (invalid_first_key,))
-    sorted_keys = [k[order] for k in keys]
+    order = sort_order(((~valid).astype(jnp.int32),) + keys)
     changed = jnp.zeros(n, dtype=bool).at[0].set(True)
-    for k in sorted_keys:
-        changed = changed | jnp.concatenate([jnp.ones(1, bool), k[1:] != k[:-1]])
+    for key in keys:
+        sorted_key = key[order]
+        changed = changed | jnp.concatenate([jnp.ones(1, bool), sorted_key[1:] != sorted_key[:-1]])
     sorted_ids = jnp.cumsum(changed.astype(jnp.int32)) - 1
     ids = jnp.zeros(n, jnp.int32).at[order].set(sorted_ids)
     return jnp.where(valid, ids, n)
@@ -92,7 +103,7 @@ def segment_median(values: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.A
     col_ids = jnp.where(valid & (ids < n)[:, None], ids[:, None], n)
 
     def column(v: jax.Array, seg: jax.Array) -> jax.Array:
-        order = jnp.lexsort((v, seg))
+        order = sort_order((seg, v))
         sorted_v = v[order]
         counts = jax.ops.segment_sum(jnp.ones_like(seg), seg, num_segments=n)
         starts = jnp.cumsum(counts) - counts
@@ -106,23 +117,23 @@ def segment_median(values: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.A
     return jax.vmap(column, in_axes=1, out_axes=1)(values, col_ids)
 
 
-def masked_quantile(x: jax.Array, mask: jax.Array, q: float) -> jax.Array:
-    """The q-quantile of x over masked entries, linear interpolation as `numpy.quantile`.
+def masked_quantiles(x: jax.Array, mask: jax.Array, qs: tuple[float, ...]) -> jax.Array:
+    """Quantiles of x over masked entries from one sort, interpolated as `numpy.quantile`.
 
     Args:
       x: float array of any shape.
       mask: bool, same shape.
-      q: quantile in [0, 1].
+      qs: quantiles in [0, 1].
 
     Returns:
-      float scalar; 0 when the mask is empty.
+      float [len(qs)]; zeros when the mask is empty.
     """
-    flat = jnp.where(mask, x, jnp.inf).ravel()
+    ordered = jnp.sort(jnp.where(mask, x, jnp.inf).ravel())
     count = jnp.sum(mask)
-    ordered = jnp.sort(flat)
-    pos = q * jnp.maximum(count - 1, 0).astype(x.dtype)
+    last = jnp.maximum(count - 1, 0)
+    pos = jnp.asarray(qs, x.dtype) * last.astype(x.dtype)
     lo = jnp.floor(pos).astype(jnp.int32)
-    hi = jnp.minimum(lo + 1, jnp.maximum(count - 1, 0))
+    hi = jnp.minimum(lo + 1, last)
     frac = pos - lo
     value = ordered[lo] * (1 - frac) + jnp.where(frac > 0, ordered[hi], 0.0) * frac
     return jnp.where(count > 0, value, 0.0)

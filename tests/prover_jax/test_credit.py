@@ -56,12 +56,25 @@ def test_prover_hand_derived():
 def test_gigpo_hand_derived():
     # one group, two trajectories of 2 turns, rewards 1 and 0, gamma 0.5.
     # episode (mean_norm): 1 - 0.5 = 0.5, 0 - 0.5 = -0.5
-    # returns: row 0 [0.5, 1], row 1 [0, 0]; turn 0 of both shares anchor 7 -> step group
+    # returns: row 0 [0.5, 1], row 1 [0, 0]; turn 0 of both shares anchor 0 -> step group
     # {0.5, 0} with mean 0.25 -> +0.25 / -0.25; turn 1 anchors differ -> singletons -> 0
     rewards = jnp.array([1.0, 0.0])
     out = credit.gigpo(rewards, jnp.array([3, 3], jnp.int32),
-                       jnp.array([[7, 8], [7, 9]], jnp.int32), jnp.ones((2, 2), bool), gamma=0.5)
+                       jnp.array([[0, 1], [0, 2]], jnp.int32), jnp.ones((2, 2), bool), gamma=0.5)
     close(out, [[0.75, 0.5], [-0.75, -0.5]])
+
+
+def test_anchor_ids_from_observations():
+    observations = [["a", "b", "a"], ["a", "c"], ["a"]]
+    ids = credit.anchor_ids_from_observations(observations, [0, 0, 1], num_turns=4)
+    # same text in one group -> same id (repeats inside a trajectory too); other group -> new id
+    assert ids.tolist() == [[0, 1, 0, -1], [0, 2, -1, -1], [3, -1, -1, -1]]
+    similar = credit.anchor_ids_from_observations(
+        [["kitchen: apple, mug", "kitchen: apple, mugs"], ["hall"]], [0, 0], num_turns=2,
+        similarity=0.9)
+    assert similar.tolist() == [[0, 0], [1, -1]]
+    with pytest.raises(ValueError, match="similarity"):
+        credit.anchor_ids_from_observations(observations, [0, 0, 1], 4, similarity=1.0)
 
 
 def test_spo_chain_hand_derived():
@@ -118,7 +131,8 @@ def extras(batch, seed):
                               ).astype(np.int32),
         "delta": np.where(n_turns > 0, rng.choice([-0.5, 0.0, 0.25, 0.5], b), 0.0
                           ).astype(np.float32),
-        "anchor_ids": rng.integers(0, 3, (b, t)).astype(np.int32),
+        "anchor_ids": (np.maximum(batch.group_ids, 0)[:, None] * 3 + rng.integers(0, 3, (b, t))
+                       ).astype(np.int32),
         "boundary_values": rng.random((b, 2)).astype(np.float32),
         "applies": rng.random(b) < 0.5,
         "labels": rng.integers(-1, 2, (b, t)).astype(np.int32),

@@ -71,6 +71,11 @@ def test_value_checks(batch):
         credit.compute("criticsearch", batch, {
             "critic_labels": np.full((8, 4), 2, np.int32),
             "critic_labelled": np.ones(8, bool)})
+    shared = np.zeros((8, 4), np.int32)  # id 0 used by both task groups
+    with pytest.raises(ValueError, match="shared by two task groups"):
+        credit.compute("gigpo", batch, {"anchor_ids": shared})
+    with pytest.raises(ValueError, match="anchor_ids: valid turns need ids"):
+        credit.compute("gigpo", batch, {"anchor_ids": np.full((8, 4), 99, np.int32)})
     with pytest.raises(ValueError, match="tree_parents"):
         credit.compute("spo-tree", batch, {
             "tree_parents": np.array([[-1, 1]], np.int32),

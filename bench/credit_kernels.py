@@ -1,0 +1,265 @@
+"""Credit kernels at paper scale vs a per-row numpy reference and the memory-bandwidth floor.
+
+Batch: 16 groups x 8 rollouts = 128 rows, up to 50 turns (T bucket 64), 12 VICT atoms, and
+sequence lengths L = 4k, 16k, 32k tokens. Each method runs end to end, from the batch arrays and
+its inputs to token advantages `[B, L]`, as one jitted call (compiled once before timing). The
+reference is `tests/reference.py`: loops over rows, groups and turns in Python with numpy inside a
+row, the way public reference implementations compute advantages.
+
+The floor is the bytes the method must read and write (its inputs plus the `[B, L]` output) over
+the machine's large-copy bandwidth, measured in the same run with `numpy.copyto`.
+
+Usage: python bench/credit_kernels.py [--lengths 4096 16384 32768] [--repeats 20]
+Prints a table, writes bench/results/credit_kernels.json and updates bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from prover_jax import credit  # noqa: E402
+from tests import reference as ref  # noqa: E402
+from vict_jax import redistribute  # noqa: E402
+
+GROUPS, GROUP_SIZE, MAX_TURNS, T_BUCKET, ATOMS = 16, 8, 50, 64, 12
+
+
+def make_inputs(seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A paper-scale batch: every row a multi-turn conversation filling 50-100% of L."""
+    rng = np.random.default_rng(seed)
+    b = GROUPS * GROUP_SIZE
+    n_turns = rng.integers(MAX_TURNS // 2, MAX_TURNS + 1, b)
+    lengths = rng.integers(seq_len // 2, seq_len + 1, b)
+    pos = np.arange(seq_len)[None, :]
+    turn = pos * n_turns[:, None] // lengths[:, None]
+    turn_start = -(-turn * lengths[:, None] // n_turns[:, None])
+    turn_len = lengths[:, None] // n_turns[:, None]
+    policy = (pos < lengths[:, None]) & (pos - turn_start >= 0.7 * turn_len)
+    rewards = (rng.random(b) < 0.3).astype(np.float32)
+    group_ids = np.repeat(np.arange(GROUPS), GROUP_SIZE).astype(np.int32)
+    turn_valid = np.arange(T_BUCKET)[None, :] < n_turns[:, None]
+    start = rng.integers(0, n_turns - 1)
+    return {
+        "tokens": rng.integers(0, 150_000, (b, seq_len)).astype(np.int32),
+        "loss_mask": policy,
+        "turn_ids": np.where(policy, turn, -1).astype(np.int32),
+        "group_ids": group_ids,
+        "rewards": rewards,
+        "turn_valid": turn_valid,
+        "seg_start": start.astype(np.int32),
+        "seg_end": np.minimum(start + rng.integers(0, 4, b), n_turns - 1).astype(np.int32),
+        "delta": np.where(rng.random(b) < 0.1, rng.random(b), 0).astype(np.float32),
+        "anchor_ids": (group_ids[:, None] * 40 + rng.integers(0, 40, (b, T_BUCKET))
+                       ).astype(np.int32),
+        "boundary_values": rng.random((b, 2)).astype(np.float32),
+        "applies": rng.random(b) < 0.15,
+        "labels": rng.integers(-1, 2, (b, T_BUCKET)).astype(np.int32),
+        "labelled": np.repeat(rng.random(GROUPS) < 0.5, GROUP_SIZE),
+        "logprobs": np.log(rng.random((b, seq_len))).astype(np.float32),
+        "marginals": (rng.choice([0, 0, 1], (b, ATOMS)) * rng.normal(size=(b, ATOMS))
+                      ).astype(np.float32),
+        "eligible": rng.random((b, ATOMS)) < 0.9,
+        "omega": ((rng.random((b, T_BUCKET, ATOMS)) < 0.05) * turn_valid[:, :, None]
+                  ).astype(np.float32),
+    }
+
+
+# Each method: (arrays it reads, jitted end-to-end function, reference function).
+def _ours():
+    def tokens(values, x):
+        return credit.to_tokens(values, x["turn_ids"], x["loss_mask"])
+
+    def grpo(x):
+        return tokens(credit.grpo(x["rewards"], x["group_ids"]), x)
+
+    def prover(x):
+        base = credit.grpo(x["rewards"], x["group_ids"])
+        return tokens(credit.prover(base, x["turn_valid"], x["seg_start"], x["seg_end"],
+                                    x["delta"]), x)
+
+    def gigpo(x):
+        return tokens(credit.gigpo(x["rewards"], x["group_ids"], x["anchor_ids"],
+                                   x["turn_valid"]), x)
+
+    def spo_chain(x):
+        base = credit.grpo(x["rewards"], x["group_ids"])
+        return tokens(credit.spo_chain(base, x["rewards"], x["group_ids"], x["turn_valid"],
+                                       x["boundary_values"], x["applies"]), x)
+
+    def criticsearch(x):
+        base = credit.grpo(x["rewards"], x["group_ids"])
+        return tokens(credit.criticsearch(base, x["group_ids"], x["turn_valid"], x["labels"],
+                                          x["labelled"]), x)
+
+    def vict(x):
+        base = credit.grpo(x["rewards"], x["group_ids"], "std")
+        out = redistribute(base, x["marginals"], x["eligible"], x["omega"], x["turn_valid"],
+                           x["group_ids"])
+        return tokens(out.advantages, x)
+
+    def high_prob(x):
+        return credit.high_prob_mask(x["logprobs"], x["loss_mask"])
+
+    return {"grpo": grpo, "prover": prover, "gigpo": gigpo, "spo-chain": spo_chain,
+            "criticsearch": criticsearch, "vict": vict, "high-prob-mask": high_prob}
+
+
+def _reference():
+    def tokens(values, x):
+        return ref.to_tokens(values, x["turn_ids"], x["loss_mask"])
+
+    def grpo(x):
+        return tokens(ref.grpo(x["rewards"], x["group_ids"]), x)
+
+    def prover(x):
+        base = ref.grpo(x["rewards"], x["group_ids"])
+        return tokens(ref.prover(base, x["turn_valid"], x["seg_start"], x["seg_end"],
+                                 x["delta"]), x)
+
+    def gigpo(x):
+        return tokens(ref.gigpo(x["rewards"], x["group_ids"], x["anchor_ids"],
+                                x["turn_valid"]), x)
+
+    def spo_chain(x):
+        base = ref.grpo(x["rewards"], x["group_ids"])
+        return tokens(ref.spo_chain(base, x["rewards"], x["group_ids"], x["turn_valid"],
+                                    x["boundary_values"], x["applies"]), x)
+
+    def criticsearch(x):
+        base = ref.grpo(x["rewards"], x["group_ids"])
+        return tokens(ref.criticsearch(base, x["group_ids"], x["turn_valid"], x["labels"],
+                                       x["labelled"]), x)
+
+    def vict(x):
+        base = ref.grpo(x["rewards"], x["group_ids"], "std")
+        out, _ = ref.vict_redistribute(base, x["marginals"], x["eligible"], x["omega"],
+                                       x["turn_valid"], x["group_ids"])
+        return tokens(out, x)
+
+    def high_prob(x):
+        return np.stack([row_mask & (row_lp >= np.log(0.9))
+                         for row_lp, row_mask in zip(x["logprobs"], x["loss_mask"])])
+
+    return {"grpo": grpo, "prover": prover, "gigpo": gigpo, "spo-chain": spo_chain,
+            "criticsearch": criticsearch, "vict": vict, "high-prob-mask": high_prob}
+
+
+READS = {
+    "grpo": ("rewards", "group_ids", "turn_ids", "loss_mask"),
+    "prover": ("rewards", "group_ids", "turn_valid", "seg_start", "seg_end", "delta",
+               "turn_ids", "loss_mask"),
+    "gigpo": ("rewards", "group_ids", "anchor_ids", "turn_valid", "turn_ids", "loss_mask"),
+    "spo-chain": ("rewards", "group_ids", "turn_valid", "boundary_values", "applies",
+                  "turn_ids", "loss_mask"),
+    "criticsearch": ("rewards", "group_ids", "turn_valid", "labels", "labelled", "turn_ids",
+                     "loss_mask"),
+    "vict": ("rewards", "group_ids", "marginals", "eligible", "omega", "turn_valid",
+             "turn_ids", "loss_mask"),
+    "high-prob-mask": ("logprobs", "loss_mask"),
+}
+
+
+def timed(fn, repeats: int) -> float:
+    """Median seconds of `repeats` calls (results blocked on)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def copy_bandwidth(n_bytes: int = 1 << 28, repeats: int = 5) -> float:
+    """Bytes per second moved (read + written) by a large numpy copy."""
+    src = np.ones(n_bytes // 4, np.float32)
+    dst = np.empty_like(src)
+    return 2 * n_bytes / timed(lambda: np.copyto(dst, src), repeats)
+
+
+def run(lengths, repeats: int, ref_repeats: int) -> list[dict]:
+    bandwidth = copy_bandwidth()
+    ours, reference = _ours(), _reference()
+    rows = []
+    for seq_len in lengths:
+        x_np = make_inputs(seq_len)
+        x_dev = {k: jnp.asarray(v) for k, v in x_np.items()}
+        for name, fn in ours.items():
+            jitted = jax.jit(fn)
+            out = jax.block_until_ready(jitted(x_dev))
+            expected = reference[name](x_np)
+            np.testing.assert_allclose(np.asarray(out, np.float32),
+                                       np.asarray(expected, np.float32), atol=1e-4)
+            t_ours = timed(lambda: jitted(x_dev), repeats)
+            t_ref = timed(lambda: reference[name](x_np), ref_repeats)
+            n_bytes = sum(x_np[k].nbytes for k in READS[name]) + np.asarray(out).nbytes
+            floor = n_bytes / bandwidth
+            rows.append({"method": name, "seq_len": seq_len, "ours_ms": 1e3 * t_ours,
+                         "reference_ms": 1e3 * t_ref, "speedup": t_ref / t_ours,
+                         "bytes": n_bytes, "floor_ms": 1e3 * floor,
+                         "vs_floor": t_ours / floor})
+    return [{"copy_bandwidth_gb_s": bandwidth / 1e9}] + rows
+
+
+def table(results: list[dict]) -> str:
+    lines = [f"large-copy bandwidth: {results[0]['copy_bandwidth_gb_s']:.2f} GB/s "
+             f"(read + written)", "",
+             "| method | L | ours (ms) | per-row reference (ms) | speedup | floor (ms) | "
+             "ours / floor |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results[1:]:
+        lines.append(f"| {r['method']} | {r['seq_len']} | {r['ours_ms']:.2f} | "
+                     f"{r['reference_ms']:.1f} | {r['speedup']:.0f}x | {r['floor_ms']:.2f} | "
+                     f"{r['vs_floor']:.2f}x |")
+    return "\n".join(lines)
+
+
+def update_results_md(text: str, machine: str) -> None:
+    path = ROOT / "bench" / "RESULTS.md"
+    begin, end = "<!-- credit_kernels:begin -->", "<!-- credit_kernels:end -->"
+    section = (f"{begin}\n## Credit kernels (`bench/credit_kernels.py`)\n\n"
+               f"Machine: {machine}.\n\n{text}\n{end}")
+    current = path.read_text() if path.exists() else "# Benchmark results\n"
+    if begin in current:
+        head, rest = current.split(begin, 1)
+        current = head + section + rest.split(end, 1)[1]
+    else:
+        current = current.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(current)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 32768])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--ref-repeats", type=int, default=3)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    results = run(args.lengths, args.repeats, args.ref_repeats)
+    text = table(results)
+    print(text)
+    if args.no_write:
+        return
+    machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
+               f"jax {jax.__version__} on {jax.default_backend()}")
+    out = ROOT / "bench" / "results" / "credit_kernels.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+    update_results_md(text, machine)
+
+
+if __name__ == "__main__":
+    main()
