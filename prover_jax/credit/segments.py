@@ -90,31 +90,33 @@ def segment_stats(values: jax.Array, ids: jax.Array, weights: jax.Array | None =
 def segment_median(values: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.Array:
     """Median of each column within each segment, over valid entries only.
 
+    Computed from pairwise ranks inside segments rather than by sorting: for the N <= a few
+    thousand rows of a batch, comparing all pairs [N, N, M] is far cheaper than a keyed sort per
+    column on CPU, and trivially parallel on accelerators. The entry at sorted position p of a
+    segment is the largest value whose count of strictly smaller values is <= p.
+
     Args:
       values: float [N, M].
-      ids: int32 [N] segment ids in 0..N-1 (N = ignored row).
+      ids: int32 [N] segment ids (any int; N or more = ignored row).
       valid: bool [N, M]; entries that take part in their column's median.
 
     Returns:
       float [N, M]: the median of the entry's (segment, column), broadcast back to the entry;
       0 where the entry's row is ignored or its (segment, column) has no valid entry.
     """
-    n, _ = values.shape
-    col_ids = jnp.where(valid & (ids < n)[:, None], ids[:, None], n)
+    n = values.shape[0]
+    same = (ids[:, None] == ids[None, :]) & (ids < n)[:, None]
+    part = same[:, :, None] & valid[None, :, :]  # [i, k, m]: k counts toward i's median
+    smaller = part & (values[None, :, :] < values[:, None, :])
+    rank = jnp.sum(smaller, axis=1)  # [N, M] values below entry i in its segment
+    count = jnp.sum(part, axis=1)
 
-    def column(v: jax.Array, seg: jax.Array) -> jax.Array:
-        order = sort_order((seg, v))
-        sorted_v = v[order]
-        counts = jax.ops.segment_sum(jnp.ones_like(seg), seg, num_segments=n)
-        starts = jnp.cumsum(counts) - counts
-        lo = starts + jnp.maximum(counts - 1, 0) // 2
-        hi = starts + counts // 2
-        med = 0.5 * (sorted_v[jnp.minimum(lo, n - 1)] + sorted_v[jnp.minimum(hi, n - 1)])
-        med = jnp.where(counts > 0, med, 0.0)
-        row_seg = jnp.minimum(ids, n - 1)
-        return jnp.where(ids < n, med[row_seg], 0.0)
+    def value_at(position: jax.Array) -> jax.Array:
+        eligible = part & (rank[None, :, :] <= position[:, None, :])
+        return jnp.max(jnp.where(eligible, values[None, :, :], -jnp.inf), axis=1)
 
-    return jax.vmap(column, in_axes=1, out_axes=1)(values, col_ids)
+    median = 0.5 * (value_at((count - 1) // 2) + value_at(count // 2))
+    return jnp.where(count > 0, median, 0.0)
 
 
 def masked_quantiles(x: jax.Array, mask: jax.Array, qs: tuple[float, ...]) -> jax.Array:
