@@ -132,12 +132,10 @@ def prover_inputs(batch: Batch, rollouts, eligible, rng):
     return {"seg_start": start, "seg_end": end, "delta": delta}
 
 
-def anchor_inputs(rollouts, n_rows, n_turns):
-    ids = np.full((n_rows, n_turns), -1, np.int32)
-    names: dict[str, int] = {}
-    for b, r in enumerate(rollouts):
-        for t in range(len(r.actions)):
-            ids[b, t] = names.setdefault(r.states[t].describe(), len(names))
+def anchor_inputs(batch: Batch, rollouts):
+    observations = [[s.describe() for s in r.states[:-1]] for r in rollouts]
+    ids = credit.anchor_ids_from_observations(observations, batch.group_ids.tolist(),
+                                              batch.num_turns)
     return {"anchor_ids": ids}
 
 
@@ -218,7 +216,7 @@ def build(seed: int = 0):
     padded = rollouts + [Rollout([], [State()])] * (batch.num_rows - len(rollouts))
     inputs = {
         "prover": prover_inputs(batch, padded, eligible, rng),
-        "gigpo": anchor_inputs(padded, batch.num_rows, batch.num_turns),
+        "gigpo": anchor_inputs(batch, padded),
         "spo-chain": spo_chain_inputs(batch, padded, eligible, rng),
         "spo-tree": spo_tree_inputs(batch, padded),
         "criticsearch": critic_inputs(batch, padded, eligible),
