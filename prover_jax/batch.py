@@ -202,7 +202,8 @@ def validate(batch: Batch) -> None:
     _require(not out.any(), f"turn_ids: values outside [-1, {n_turns}) in rows {_rows(out.any(1))}")
     mismatch = (turn_ids >= 0) != loss_mask
     _require(not mismatch.any(),
-             f"turn_ids: must be >= 0 exactly where loss_mask is true; rows {_rows(mismatch.any(1))}")
+             "turn_ids: must be >= 0 exactly where loss_mask is true; "
+             f"rows {_rows(mismatch.any(1))}")
     pad_loss = ~real & loss_mask.any(1)
     _require(not pad_loss.any(), f"loss_mask: set on padding rows {_rows(pad_loss)}")
     pad_turn = ~real & turn_valid.any(1)

@@ -229,8 +229,8 @@ def build(seed: int = 0):
 def render(batch: Batch, rollouts, advantages: dict[str, np.ndarray]) -> str:
     width, cell = 26, max(len(m) for m in advantages) + 1
     header = f"{'turn':>4}  {'action':<{width}}" + "".join(f"{m:>{cell}}" for m in advantages)
-    lines = [f"batch: B={batch.num_rows} rows ({len(rollouts)} rollouts + padding), "
-             f"T={batch.num_turns} turns, L={batch.seq_len} tokens",
+    lines = [(f"batch: B={batch.num_rows} rows ({len(rollouts)} rollouts + padding), "
+              f"T={batch.num_turns} turns, L={batch.seq_len} tokens"),
              "columns: per-turn advantage of each credit method (registry name)", ""]
     for b, r in enumerate(rollouts):
         lines.append(f"group {batch.group_ids[b]}  row {b}  R={batch.rewards[b]:.0f}  "

@@ -153,9 +153,9 @@ def spo_tree_values(parents, leaf_rewards):
             if p >= 0:
                 children[int(p)].append(node)
 
-        def leaves(node):
+        def leaves(node, children=children, rewards=leaf_rewards[g]):
             if not children[node]:
-                return [leaf_rewards[g][node]]
+                return [rewards[node]]
             return [r for c in children[node] for r in leaves(c)]
 
         for node in range(len(par)):

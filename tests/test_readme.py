@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-EXAMPLES = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+EXAMPLES = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
 
 
 def test_readme_opens_with_the_two_commands():
-    first_block = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1)
+    first_block = re.search(r"```bash\n(.*?)```", README, flags=re.DOTALL).group(1)
     commands = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
     assert commands == ["make demo", "make test"]
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()

@@ -6,8 +6,8 @@ corrections and final advantages (eqs. 7, 9, 10, 16, 17) in one jitted pass.
 
 from vict_jax.redistribute import (
     Normalised,
-    RedistributionConfig,
     Redistributed,
+    RedistributionConfig,
     corrections,
     eligibility_violations,
     normalise,

@@ -20,7 +20,7 @@ class VictConfig:
     """`base`: config of the method VICT composes with (None: its defaults)."""
 
     base: Any = None
-    redistribution: RedistributionConfig = RedistributionConfig()
+    redistribution: RedistributionConfig = dataclasses.field(default_factory=RedistributionConfig)
 
 
 def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMethod:

@@ -48,6 +48,9 @@ class RedistributionConfig:
     lambda_eps: float = 1e-8
     clip_quantile: float = 0.95
     calibration: Literal["nonzero", "all"] = "nonzero"
+    # |A_vict| below this is the residue of corrections that cancel, and counts as zero: whether
+    # a turn is credited must not depend on float rounding.
+    zero_tol: float = 1e-6
 
 
 class Normalised(NamedTuple):
@@ -172,7 +175,8 @@ def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
     check_choice("calibration", config.calibration, ("nonzero", "all"))
     base_bt = per_turn(base, turn_valid)
     norm = normalise(marginals, eligible, omega, group_ids, config.center, config.norm_eps)
-    vict = jnp.where(turn_valid, corrections(norm.values, omega, config.z_eps), 0.0)
+    vict = corrections(norm.values, omega, config.z_eps)
+    vict = jnp.where(turn_valid & (jnp.abs(vict) > config.zero_tol), vict, 0.0)
     lam, clip = calibrate(base_bt, vict, turn_valid, config)
     advantages = base_bt + lam * jnp.clip(vict, -clip, clip)
     return Redistributed(jnp.where(turn_valid, advantages, 0.0), vict, norm, lam, clip)

@@ -110,7 +110,8 @@ def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
     check_choice("episode_stats", episode_stats, ("per_trajectory", "per_turn"))
     if step_rewards is None:
         step_rewards = terminal_step_rewards(rewards, turn_valid)
-    check_arrays({"step_rewards": (step_rewards, "b t", "f"), "turn_valid": (turn_valid, "b t", "b")})
+    check_arrays({"step_rewards": (step_rewards, "b t", "f"),
+                  "turn_valid": (turn_valid, "b t", "b")})
 
     row_valid = group_ids >= 0
     turn_valid = turn_valid & row_valid[:, None]

@@ -132,7 +132,7 @@ def compute(name: str, batch: Batch, inputs: Mapping[str, Any] | None = None,
     inputs = dict(inputs or {})
     config = method.config_type() if config is None else config
     if not isinstance(config, method.config_type):
-        raise ValueError(f"config for {name!r} must be {method.config_type.__name__}, "
+        raise TypeError(f"config for {name!r} must be {method.config_type.__name__}, "
                          f"got {type(config).__name__}")
     check_inputs(method, batch, inputs)
     turns, outcome = method.compute(batch, inputs, config)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from prover_jax import credit
+from prover_jax.batch import pack
 from prover_jax.credit import registry
 from tests.prover_jax.test_batch import conversation
-from prover_jax.batch import pack
 
 BUILT_IN = {"grpo", "budget-matched-grpo", "rloo", "prover", "gigpo", "spo-chain", "spo-tree",
             "criticsearch"}
@@ -28,7 +28,7 @@ def test_names_include_builtins_and_the_vict_plugin():
 
 
 def test_unknown_method_lists_known_names():
-    with pytest.raises(ValueError, match="unknown credit method 'gpro'.*grpo"):
+    with pytest.raises(ValueError, match=r"unknown credit method 'gpro'.*grpo"):
         credit.get("gpro")
 
 
@@ -84,7 +84,7 @@ def test_value_checks(batch):
 
 
 def test_wrong_config_type(batch):
-    with pytest.raises(ValueError, match="config for 'grpo' must be GrpoConfig"):
+    with pytest.raises(TypeError, match="config for 'grpo' must be GrpoConfig"):
         credit.compute("grpo", batch, config=registry.GigpoConfig())
 
 

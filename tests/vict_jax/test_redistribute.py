@@ -13,8 +13,13 @@ from prover_jax.batch import pack
 from tests import reference as ref
 from tests.conftest import batches
 from tests.prover_jax.test_batch import conversation
-from vict_jax import (RedistributionConfig, corrections, eligibility_violations, normalise,
-                      redistribute)
+from vict_jax import (
+    RedistributionConfig,
+    corrections,
+    eligibility_violations,
+    normalise,
+    redistribute,
+)
 
 M = 5
 
@@ -141,7 +146,7 @@ def test_violations_are_counted():
 def test_prover_plus_vict_composes_through_registry():
     batch = pack([[conversation(3, 1.0), conversation(2, 0.0), conversation(4, 0.0)]],
                  row_multiple=4)
-    b, t = batch.turn_valid.shape
+    b = batch.num_rows
     prover_inputs = {"seg_start": np.zeros(b, np.int32), "seg_end": np.ones(b, np.int32),
                      "delta": np.array([0.5, 0, 0, 0], np.float32)}
     marginals, eligible, omega = vict_inputs(batch, 3)
