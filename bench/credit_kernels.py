@@ -160,7 +160,7 @@ def _reference():
 
 
 READS = {
-    "grpo": ("rewards", "group_ids", "turn_ids", "loss_mask"),
+    "grpo": ("rewards", "group_ids", "loss_mask"),  # per-trajectory: no turn_ids gather
     "prover": ("rewards", "group_ids", "turn_valid", "seg_start", "seg_end", "delta",
                "turn_ids", "loss_mask"),
     "gigpo": ("rewards", "group_ids", "anchor_ids", "turn_valid", "turn_ids", "loss_mask"),
@@ -175,12 +175,13 @@ READS = {
 
 
 def timed(fn, repeats: int) -> float:
-    """Median seconds of `repeats` calls (results blocked on)."""
+    """Median seconds per call over `repeats` samples of 3 calls each (results blocked on)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
+        for _ in range(3):
+            jax.block_until_ready(fn())
+        times.append((time.perf_counter() - start) / 3)
     return statistics.median(times)
 
 
@@ -251,8 +252,8 @@ def update_results_md(text: str, machine: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 32768])
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--ref-repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--ref-repeats", type=int, default=5)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     results = run(args.lengths, args.repeats, args.ref_repeats)

@@ -293,6 +293,7 @@ def all_methods(batch, seed):
 
 
 PER_TURN_INPUTS = ("anchor_ids", "critic_labels", "turn_nodes")
+TREE_INPUTS = ("tree_parents", "tree_leaf_rewards")
 
 
 def pad_inputs(inputs, batch, padded):
@@ -301,7 +302,7 @@ def pad_inputs(inputs, batch, padded):
     out = {}
     for name, value in inputs.items():
         value = np.asarray(value)
-        if name.startswith("tree_") and name != "tree_ids":
+        if name in TREE_INPUTS:
             out[name] = value
             continue
         shape = list(value.shape)
@@ -331,14 +332,15 @@ def test_padding_changes_nothing(batch, seed):
 @given(batches(), st.integers(0, 2**31))
 def test_permuting_rows_permutes_outputs(batch, seed):
     perm = seeded(seed).permutation(batch.num_rows)
-    x = extras(batch, seed)
-    base = credit.grpo(batch.rewards, batch.group_ids)
-    permuted_base = credit.grpo(batch.rewards[perm], batch.group_ids[perm])
-    close(permuted_base, np.asarray(base)[perm])
-    out = credit.gigpo(batch.rewards, batch.group_ids, x["anchor_ids"], batch.turn_valid)
-    permuted = credit.gigpo(batch.rewards[perm], batch.group_ids[perm], x["anchor_ids"][perm],
-                            batch.turn_valid[perm])
-    close(permuted, np.asarray(out)[perm])
+    before, inputs = all_methods(batch, seed)
+    permuted = type(batch)(*(np.asarray(x)[perm] for x in (
+        batch.tokens, batch.loss_mask, batch.turn_ids, batch.group_ids, batch.rewards,
+        batch.turn_valid)))
+    for name, tokens in before.items():
+        rows_first = {k: v if k in TREE_INPUTS else np.asarray(v)[perm]
+                      for k, v in inputs.get(name, {}).items()}
+        after = credit.compute(name, permuted, rows_first).tokens
+        close(after, np.asarray(tokens)[perm])
 
 
 @given(batches(), st.sampled_from(["none", "std"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -131,6 +132,19 @@ def test_padding_rows_turns_and_atoms_change_nothing(batch, seed):
     close(np.asarray(padded.advantages)[:b, :t], out.advantages)
     assert np.all(np.asarray(padded.advantages)[b:] == 0)
     assert np.all(np.asarray(padded.advantages)[:, t:] == 0)
+
+
+def test_jit_equals_eager():
+    batch = pack([[conversation(3, 1.0), conversation(2, 0.0), conversation(4, 0.0)],
+                  [conversation(2, 1.0), conversation(3, 0.0)]], row_multiple=8)
+    marginals, eligible, omega = vict_inputs(batch, 11)
+    base = credit.grpo(batch.rewards, batch.group_ids, "std")
+    args = (base, marginals, eligible, omega, batch.turn_valid, batch.group_ids)
+    jitted = redistribute(*args)
+    with jax.disable_jit():
+        eager = redistribute(*args)
+    close(jitted.advantages, eager.advantages)
+    assert np.any(np.asarray(jitted.corrections) != 0)
 
 
 def test_violations_are_counted():
