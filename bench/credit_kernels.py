@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -79,84 +80,55 @@ def make_inputs(seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-# Each method: (arrays it reads, jitted end-to-end function, reference function).
-def _ours():
+def pipelines(k: SimpleNamespace) -> dict:
+    """Each method end to end, from the batch arrays to `[B, L]`, through the namespace `k` of
+    kernels (ours, or the reference's functions of the same names)."""
+
     def tokens(values, x):
-        return credit.to_tokens(values, x["turn_ids"], x["loss_mask"])
+        return k.to_tokens(values, x["turn_ids"], x["loss_mask"])
 
     def grpo(x):
-        return tokens(credit.grpo(x["rewards"], x["group_ids"]), x)
+        return tokens(k.grpo(x["rewards"], x["group_ids"]), x)
 
     def prover(x):
-        base = credit.grpo(x["rewards"], x["group_ids"])
-        return tokens(credit.prover(base, x["turn_valid"], x["seg_start"], x["seg_end"],
-                                    x["delta"]), x)
+        base = k.grpo(x["rewards"], x["group_ids"])
+        return tokens(k.prover(base, x["turn_valid"], x["seg_start"], x["seg_end"],
+                               x["delta"]), x)
 
     def gigpo(x):
-        return tokens(credit.gigpo(x["rewards"], x["group_ids"], x["anchor_ids"],
-                                   x["turn_valid"]), x)
+        return tokens(k.gigpo(x["rewards"], x["group_ids"], x["anchor_ids"], x["turn_valid"]), x)
 
     def spo_chain(x):
-        base = credit.grpo(x["rewards"], x["group_ids"])
-        return tokens(credit.spo_chain(base, x["rewards"], x["group_ids"], x["turn_valid"],
-                                       x["boundary_values"], x["applies"]), x)
+        base = k.grpo(x["rewards"], x["group_ids"])
+        return tokens(k.spo_chain(base, x["rewards"], x["group_ids"], x["turn_valid"],
+                                  x["boundary_values"], x["applies"]), x)
 
     def criticsearch(x):
-        base = credit.grpo(x["rewards"], x["group_ids"])
-        return tokens(credit.criticsearch(base, x["group_ids"], x["turn_valid"], x["labels"],
-                                          x["labelled"]), x)
+        base = k.grpo(x["rewards"], x["group_ids"])
+        return tokens(k.criticsearch(base, x["group_ids"], x["turn_valid"], x["labels"],
+                                     x["labelled"]), x)
 
     def vict(x):
-        base = credit.grpo(x["rewards"], x["group_ids"], "std")
-        out = redistribute(base, x["marginals"], x["eligible"], x["omega"], x["turn_valid"],
-                           x["group_ids"])
-        return tokens(out.advantages, x)
+        base = k.grpo(x["rewards"], x["group_ids"], "std")
+        return tokens(k.vict(base, x["marginals"], x["eligible"], x["omega"], x["turn_valid"],
+                             x["group_ids"]), x)
 
     def high_prob(x):
-        return credit.high_prob_mask(x["logprobs"], x["loss_mask"])
+        return k.high_prob_mask(x["logprobs"], x["loss_mask"])
 
     return {"grpo": grpo, "prover": prover, "gigpo": gigpo, "spo-chain": spo_chain,
             "criticsearch": criticsearch, "vict": vict, "high-prob-mask": high_prob}
 
 
-def _reference():
-    def tokens(values, x):
-        return ref.to_tokens(values, x["turn_ids"], x["loss_mask"])
-
-    def grpo(x):
-        return tokens(ref.grpo(x["rewards"], x["group_ids"]), x)
-
-    def prover(x):
-        base = ref.grpo(x["rewards"], x["group_ids"])
-        return tokens(ref.prover(base, x["turn_valid"], x["seg_start"], x["seg_end"],
-                                 x["delta"]), x)
-
-    def gigpo(x):
-        return tokens(ref.gigpo(x["rewards"], x["group_ids"], x["anchor_ids"],
-                                x["turn_valid"]), x)
-
-    def spo_chain(x):
-        base = ref.grpo(x["rewards"], x["group_ids"])
-        return tokens(ref.spo_chain(base, x["rewards"], x["group_ids"], x["turn_valid"],
-                                    x["boundary_values"], x["applies"]), x)
-
-    def criticsearch(x):
-        base = ref.grpo(x["rewards"], x["group_ids"])
-        return tokens(ref.criticsearch(base, x["group_ids"], x["turn_valid"], x["labels"],
-                                       x["labelled"]), x)
-
-    def vict(x):
-        base = ref.grpo(x["rewards"], x["group_ids"], "std")
-        out, _ = ref.vict_redistribute(base, x["marginals"], x["eligible"], x["omega"],
-                                       x["turn_valid"], x["group_ids"])
-        return tokens(out, x)
-
-    def high_prob(x):
-        return np.stack([row_mask & (row_lp >= np.log(0.9))
-                         for row_lp, row_mask in zip(x["logprobs"], x["loss_mask"])])
-
-    return {"grpo": grpo, "prover": prover, "gigpo": gigpo, "spo-chain": spo_chain,
-            "criticsearch": criticsearch, "vict": vict, "high-prob-mask": high_prob}
+KERNELS = SimpleNamespace(
+    grpo=credit.grpo, prover=credit.prover, gigpo=credit.gigpo, spo_chain=credit.spo_chain,
+    criticsearch=credit.criticsearch, to_tokens=credit.to_tokens,
+    high_prob_mask=credit.high_prob_mask,
+    vict=lambda *args: redistribute(*args).advantages)
+REFERENCE = SimpleNamespace(
+    grpo=ref.grpo, prover=ref.prover, gigpo=ref.gigpo, spo_chain=ref.spo_chain,
+    criticsearch=ref.criticsearch, to_tokens=ref.to_tokens, high_prob_mask=ref.high_prob_mask,
+    vict=lambda *args: ref.vict_redistribute(*args)[0])
 
 
 READS = {
@@ -200,7 +172,7 @@ def copy_bandwidth(n_bytes: int = 1 << 28, repeats: int = 5) -> float:
 
 def run(lengths, repeats: int, ref_repeats: int) -> list[dict]:
     bandwidth = copy_bandwidth()
-    ours, reference = _ours(), _reference()
+    ours, reference = pipelines(KERNELS), pipelines(REFERENCE)
     rows = []
     for seq_len in lengths:
         x_np = make_inputs(seq_len)

@@ -71,6 +71,11 @@ def to_tokens(values, turn_ids, loss_mask):
     return out
 
 
+def high_prob_mask(logprobs, loss_mask, threshold=0.9):
+    return np.stack([np.asarray(mask) & (np.asarray(lp) >= np.log(threshold))
+                     for lp, mask in zip(logprobs, loss_mask)])
+
+
 def prover(base, turn_valid, seg_start, seg_end, delta, lam=1.0):
     out = per_turn(base, turn_valid)
     for b in range(out.shape[0]):

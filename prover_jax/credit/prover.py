@@ -40,4 +40,4 @@ def prover(base: jax.Array, turn_valid: jax.Array, seg_start: jax.Array, seg_end
     turns = jnp.arange(turn_valid.shape[1])[None, :]
     inside = (turns >= seg_start[:, None]) & (turns <= seg_end[:, None])
     bonus = lam * jnp.maximum(delta, 0.0)[:, None] * inside
-    return per_turn(per_turn(base, turn_valid) + bonus, turn_valid)
+    return jnp.where(turn_valid, per_turn(base, turn_valid) + bonus, 0.0)

@@ -158,6 +158,13 @@ def test_to_tokens_matches_reference(batch, seed):
 
 
 @given(batches(), st.integers(0, 2**31))
+def test_high_prob_mask_matches_reference(batch, seed):
+    logprobs = np.log(seeded(seed).random(batch.tokens.shape)).astype(np.float32)
+    expected = ref.high_prob_mask(logprobs, batch.loss_mask)
+    assert np.array_equal(np.asarray(credit.high_prob_mask(logprobs, batch.loss_mask)), expected)
+
+
+@given(batches(), st.integers(0, 2**31))
 def test_prover_matches_reference(batch, seed):
     x = extras(batch, seed)
     base = credit.grpo(batch.rewards, batch.group_ids)
