@@ -120,22 +120,35 @@ def segment_median(values: jax.Array, ids: jax.Array, valid: jax.Array) -> jax.A
 
 
 def masked_quantiles(x: jax.Array, mask: jax.Array, qs: tuple[float, ...]) -> jax.Array:
-    """Quantiles of x over masked entries from one sort, interpolated as `numpy.quantile`.
+    """Quantiles of non-negative x over masked entries, interpolated as `numpy.quantile`.
+
+    The order statistics come from a bisection on the float bit patterns (monotone for x >= 0):
+    31 count-below passes find every requested rank exactly, several times faster on CPU than
+    sorting the array, and free of any data-dependent shape.
 
     Args:
-      x: float array of any shape.
+      x: float array of any shape, x >= 0 where masked (magnitudes).
       mask: bool, same shape.
       qs: quantiles in [0, 1].
 
     Returns:
-      float [len(qs)]; zeros when the mask is empty.
+      float32 [len(qs)]; zeros when the mask is empty.
     """
-    ordered = jnp.sort(jnp.where(mask, x, jnp.inf).ravel())
-    count = jnp.sum(mask)
+    bits = jax.lax.bitcast_convert_type(jnp.abs(x).astype(jnp.float32).ravel(), jnp.int32)
+    member = mask.ravel()
+    count = jnp.sum(member)
     last = jnp.maximum(count - 1, 0)
-    pos = jnp.asarray(qs, x.dtype) * last.astype(x.dtype)
-    lo = jnp.floor(pos).astype(jnp.int32)
-    hi = jnp.minimum(lo + 1, last)
-    frac = pos - lo
-    value = ordered[lo] * (1 - frac) + jnp.where(frac > 0, ordered[hi], 0.0) * frac
-    return jnp.where(count > 0, value, 0.0)
+    pos = jnp.asarray(qs, jnp.float32) * last.astype(jnp.float32)
+    below = jnp.floor(pos).astype(jnp.int32)
+    ranks = jnp.concatenate([below, jnp.minimum(below + 1, last)])
+    lo = jnp.zeros_like(ranks)
+    hi = jnp.full_like(ranks, 0x7F800000)  # +inf
+    for _ in range(31):
+        mid = lo + (hi - lo) // 2
+        at_most = jnp.sum(member[None, :] & (bits[None, :] <= mid[:, None]), axis=1)
+        enough = at_most > ranks
+        lo, hi = jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+    order_stats = jax.lax.bitcast_convert_type(lo, jnp.float32)
+    low, high = jnp.split(order_stats, 2)
+    frac = pos - below
+    return jnp.where(count > 0, low + (high - low) * frac, 0.0)
