@@ -141,13 +141,17 @@ def masked_quantiles(x: jax.Array, mask: jax.Array, qs: tuple[float, ...]) -> ja
     pos = jnp.asarray(qs, jnp.float32) * last.astype(jnp.float32)
     below = jnp.floor(pos).astype(jnp.int32)
     ranks = jnp.concatenate([below, jnp.minimum(below + 1, last)])
-    lo = jnp.zeros_like(ranks)
-    hi = jnp.full_like(ranks, 0x7F800000)  # +inf
-    for _ in range(31):
+
+
+    def halve(_, bounds):
+        lo, hi = bounds
         mid = lo + (hi - lo) // 2
         at_most = jnp.sum(member[None, :] & (bits[None, :] <= mid[:, None]), axis=1)
         enough = at_most > ranks
-        lo, hi = jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+        return jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+
+    bounds = (jnp.zeros_like(ranks), jnp.full_like(ranks, 0x7F800000))  # [0, +inf]
+    lo, _ = jax.lax.fori_loop(0, 31, halve, bounds)
     order_stats = jax.lax.bitcast_convert_type(lo, jnp.float32)
     low, high = jnp.split(order_stats, 2)
     frac = pos - below
