@@ -1,5 +1,5 @@
-"""Qwen2/2.5, Qwen3 and Qwen3.5 text models as pure functions over parameter pytrees.
+"""Qwen LLMs as pure functions over parameter pytrees (`models.qwen`).
 
-Not implemented yet: forward pass, checkpoint loading, tokenizer/chat template and sampler are
-planned work (see README, "Status").
+Qwen2/2.5 and Qwen3 are implemented; Qwen3.5 (Gated DeltaNet), the tokenizer/chat template,
+the sampler and sharding rules are planned (see README, "Status").
 """

@@ -1,0 +1,145 @@
+"""Qwen2 / Qwen3 forward pass against Hugging Face `transformers` (PyTorch, CPU) on tiny models."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from models import qwen
+
+TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+CONFIGS = {
+    "qwen2": lambda: transformers.Qwen2Config(**TINY, rope_theta=10000.0),
+    "qwen3": lambda: transformers.Qwen3Config(**TINY, head_dim=24, attention_bias=True,
+                                              rope_theta=1e6),
+    "qwen3-tied": lambda: transformers.Qwen3Config(**TINY, head_dim=16, tie_word_embeddings=True),
+}
+
+
+def randomise(model: torch.nn.Module, seed: int) -> None:
+    """Every weight random (norm weights around 1), so no term of the forward pass is trivial."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen) * 0.1
+            p.copy_(1.0 + noise if "norm" in name else noise)
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def tiny(request, tmp_path_factory):
+    """(HF model, our config, our params, folder) for one tiny random model."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS[request.param]()).eval()
+    randomise(model, seed=len(request.param))
+    folder = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(folder)
+    cfg, params = qwen.load(folder)
+    return model, cfg, params, folder
+
+
+def hf_logits(model, tokens: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    with torch.no_grad():
+        kwargs = {} if mask is None else {"attention_mask": torch.tensor(mask.astype(np.int64))}
+        return model(torch.tensor(tokens.astype(np.int64)), **kwargs).logits.numpy()
+
+
+forward = jax.jit(qwen.forward, static_argnums=1)
+
+
+def tokens_for(cfg, shape, seed=0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, cfg.vocab_size, shape).astype(np.int32)
+
+
+def test_full_sequence_logits_match(tiny):
+    model, cfg, params, _ = tiny
+    tokens = tokens_for(cfg, (2, 12))
+    positions = np.broadcast_to(np.arange(12), (2, 12)).astype(np.int32)
+    ours, _ = forward(params, cfg, tokens, positions)
+    np.testing.assert_allclose(ours, hf_logits(model, tokens), atol=1e-4, rtol=0)
+
+
+def test_left_padded_batch_equals_unpadded_rows(tiny):
+    model, cfg, params, _ = tiny
+    tokens = tokens_for(cfg, (2, 10), seed=1)
+    mask = np.ones((2, 10), bool)
+    mask[1, :4] = False  # row 1 is a 6-token sequence, left-padded
+    padded, _ = forward(params, cfg, tokens, qwen.positions_from_mask(mask))
+    alone, _ = forward(params, cfg, tokens[1:, 4:], np.arange(6, dtype=np.int32)[None])
+    np.testing.assert_allclose(padded[1, 4:], alone[0], atol=1e-5)
+    np.testing.assert_allclose(padded[1, 4:], hf_logits(model, tokens, mask)[1, 4:], atol=1e-4)
+
+
+def test_prefill_then_decode_equals_full_forward(tiny):
+    _, cfg, params, _ = tiny
+    tokens = tokens_for(cfg, (2, 11), seed=2)
+    mask = np.ones((2, 11), bool)
+    mask[0, :3] = False
+    positions = qwen.positions_from_mask(mask)
+    full, _ = forward(params, cfg, tokens, positions)
+    cache = qwen.init_cache(cfg, batch=2, max_len=16)
+    step = jax.jit(qwen.forward, static_argnums=1)
+    logits, cache = step(params, cfg, tokens[:, :7], positions[:, :7], cache)
+    pieces = [logits]
+    for i in range(7, 11):
+        logits, cache = step(params, cfg, tokens[:, i:i + 1], positions[:, i:i + 1], cache)
+        pieces.append(logits)
+    decoded = np.concatenate(pieces, axis=1)
+    np.testing.assert_allclose(decoded[mask], np.asarray(full)[mask], atol=1e-5)
+    assert int(cache.length) == 11
+
+
+def test_save_round_trip_loads_in_transformers(tiny, tmp_path):
+    model, cfg, params, _ = tiny
+    qwen.save(tmp_path, cfg, params)
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    tokens = tokens_for(cfg, (1, 9), seed=3)
+    np.testing.assert_allclose(hf_logits(reloaded, tokens), hf_logits(model, tokens), atol=1e-6)
+    cfg2, params2 = qwen.load(tmp_path)
+    assert cfg2 == cfg
+    jax.tree.map(np.testing.assert_array_equal, params2, params)
+
+
+def test_bf16_params_stay_close(tiny):
+    model, cfg, _, folder = tiny
+    _, params = qwen.load(folder, dtype=jnp.bfloat16)
+    assert params["layers"]["q"].dtype == jnp.bfloat16
+    tokens = tokens_for(cfg, (1, 8), seed=4)
+    ours, _ = forward(params, cfg, tokens, np.arange(8, dtype=np.int32)[None])
+    assert ours.dtype == jnp.float32
+    np.testing.assert_allclose(ours, hf_logits(model, tokens), atol=0.1)
+
+
+def test_config_round_trip_and_errors():
+    hf = CONFIGS["qwen3"]().to_dict()
+    cfg = qwen.from_hf_config(hf)
+    assert cfg.head_dim == 24 and cfg.qk_norm and cfg.attention_bias and cfg.rope_theta == 1e6
+    assert qwen.from_hf_config(qwen.to_hf_config(cfg)) == cfg
+    legacy = {**hf, "rope_parameters": None, "rope_theta": 5e5, "rope_scaling": None}
+    assert qwen.from_hf_config(legacy).rope_theta == 5e5
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        qwen.from_hf_config({**hf, "model_type": "llama"})
+    with pytest.raises(ValueError, match="rope scaling 'yarn'"):
+        qwen.from_hf_config({**hf, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})
+    with pytest.raises(ValueError, match="missing field 'hidden_size'"):
+        qwen.from_hf_config({k: v for k, v in hf.items() if k != "hidden_size"})
+
+
+def test_bad_checkpoints_name_the_problem(tiny, tmp_path):
+    _, cfg, params, _ = tiny
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        qwen.load(tmp_path / "nowhere")
+    qwen.save(tmp_path, cfg, params)
+    bigger = {**json.loads((tmp_path / "config.json").read_text()), "intermediate_size": 128}
+    (tmp_path / "config.json").write_text(json.dumps(bigger))
+    with pytest.raises(ValueError, match=r"mlp.gate_proj.weight' has shape \(96, 64\)"):
+        qwen.load(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        qwen.load(tmp_path)
