@@ -169,7 +169,7 @@ def save(folder: str | Path, cfg: QwenConfig, params) -> None:
             continue
         name, layout = TOP_NAMES[key]
         tensors[name] = to_hf(np.asarray(params[key]), layout)
-    for key, info in desc["layers"].items():
+    for key in desc["layers"]:
         name, layout = LAYER_NAMES[key]
         stacked = np.asarray(params["layers"][key])
         for i in range(cfg.num_layers):

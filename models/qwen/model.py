@@ -135,7 +135,7 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     Returns:
       (float32 logits [B, L, V], the cache with these tokens written, or None).
     """
-    b, l = tokens.shape
+    l = tokens.shape[1]
     x = params["embed"][tokens]
     cos, sin = rotary(cfg, positions, cfg.head_dim)
     if cache is None:

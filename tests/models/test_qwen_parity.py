@@ -133,7 +133,7 @@ def test_config_round_trip_and_errors():
 
 def test_bad_checkpoints_name_the_problem(tiny, tmp_path):
     _, cfg, params, _ = tiny
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
         qwen.load(tmp_path / "nowhere")
     qwen.save(tmp_path, cfg, params)
     bigger = {**json.loads((tmp_path / "config.json").read_text()), "intermediate_size": 128}
@@ -141,5 +141,5 @@ def test_bad_checkpoints_name_the_problem(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"mlp.gate_proj.weight' has shape \(96, 64\)"):
         qwen.load(tmp_path)
     (tmp_path / "model.safetensors").unlink()
-    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+    with pytest.raises(FileNotFoundError, match=r"no model\.safetensors"):
         qwen.load(tmp_path)
