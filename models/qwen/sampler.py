@@ -1,0 +1,130 @@
+"""Batched generation with a KV cache, the decode loop inside `lax.while_loop`.
+
+`generate` prefills the prompt (or only the new tokens of a continuing conversation: pass the
+cache and positions of the previous call) and decodes until every row produced a stop token or
+`max_new_tokens` tokens. Knobs that change between calls (temperature, top-p, top-k, the token
+budget) are arrays, so changing them never recompiles; only the output buffer size and the cache
+size are static.
+
+Sampling: temperature 0 is greedy; otherwise logits / temperature, then top-k (0 = off) and
+top-p (1 = off) truncation, then a categorical draw. The returned log-probabilities are those of
+the sampled tokens under softmax(logits / temperature) without truncation (temperature 0: plain
+softmax), the behaviour policy an RL learner needs for importance ratios. Finished rows keep
+running but write padding: their slots are marked invalid and their logprobs are 0.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from models.qwen.config import QwenConfig
+from models.qwen.model import KVCache, forward
+
+
+class Sampled(NamedTuple):
+    """Output of `generate`."""
+
+    tokens: jax.Array  # int32 [B, N] generated tokens, `pad_id` after a row finished
+    logprobs: jax.Array  # float32 [B, N], 0 after a row finished
+    lengths: jax.Array  # int32 [B] generated tokens per row, stop token included
+    cache: KVCache  # with prompt and generated tokens written
+    next_positions: jax.Array  # int32 [B] rotary position of each row's next token
+
+
+def _truncate(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Masks logits [B, V] outside the top-k and the top-p nucleus with -inf."""
+    ordered = jnp.sort(logits, axis=-1)[:, ::-1]
+    vocab = logits.shape[-1]
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+    kth = jnp.take_along_axis(ordered, jnp.broadcast_to(k - 1, (logits.shape[0], 1)), axis=1)
+    probs = jax.nn.softmax(ordered, axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each sorted entry
+    keep_sorted = before < top_p
+    cutoff = jnp.min(jnp.where(keep_sorted, ordered, jnp.inf), axis=-1, keepdims=True)
+    threshold = jnp.maximum(kth, cutoff)
+    return jnp.where(logits >= threshold, logits, -jnp.inf)
+
+
+def sample_token(logits: jax.Array, key: jax.Array, temperature: jax.Array,
+                 top_k: jax.Array, top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One token per row from float32 logits [B, V]; returns (int32 [B], logprob float32 [B])."""
+    greedy = temperature <= 0
+    scaled = logits / jnp.where(greedy, 1.0, temperature)
+    truncated = jax.lax.cond((top_k > 0) | (top_p < 1), _truncate, lambda x, *_: x,
+                             scaled, top_k, top_p)
+    drawn = jax.random.categorical(key, truncated, axis=-1)
+    token = jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
+    logprob = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), token[:, None], axis=1)
+    return token, logprob[:, 0]
+
+
+class _Loop(NamedTuple):
+    step: jax.Array  # next output column
+    tokens: jax.Array
+    logprobs: jax.Array
+    lengths: jax.Array
+    done: jax.Array  # bool [B]: the row produced a stop token or spent its budget
+    last: jax.Array  # int32 [B] latest token
+    pending: jax.Array  # bool [B]: `last` is a real token not yet written to the cache
+    pos: jax.Array  # int32 [B] rotary position of `last`
+    cache: KVCache
+    key: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_tokens"), donate_argnames=("cache",))
+def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
+             cache: KVCache, key: jax.Array, *, max_tokens: int,
+             max_new_tokens: jax.Array, stop_tokens: jax.Array,
+             temperature: jax.Array = 1.0, top_k: jax.Array = 0, top_p: jax.Array = 1.0,
+             pad_id: int | jax.Array = 0) -> Sampled:
+    """Samples continuations of a left-padded batch of prompts.
+
+    Args:
+      params, cfg: the model.
+      prompt: int32 [B, P] new tokens to prefill (left-padded).
+      prompt_positions: int32 [B, P] their rotary positions, -1 on padding.
+      cache: a KVCache with room for P + max_tokens more slots (donated).
+      key: PRNG key.
+      max_tokens: N, static size of the output buffers.
+      max_new_tokens: int32 scalar <= N, the budget of this call.
+      stop_tokens: int32 [S] ids that end a row (included in its output).
+      temperature, top_k, top_p: sampling knobs (arrays; 0 temperature = greedy).
+      pad_id: written after a row finishes.
+
+    Returns:
+      Sampled.
+    """
+    batch = prompt.shape[0]
+    budget = jnp.minimum(max_new_tokens, max_tokens)
+    logits, cache = forward(params, cfg, prompt, prompt_positions, cache)
+    key, first_key = jax.random.split(key)
+    token, logprob = sample_token(logits[:, -1], first_key, temperature, top_k, top_p)
+    state = _Loop(
+        step=jnp.ones((), jnp.int32),
+        tokens=jnp.full((batch, max_tokens), pad_id, jnp.int32).at[:, 0].set(token),
+        logprobs=jnp.zeros((batch, max_tokens), jnp.float32).at[:, 0].set(logprob),
+        lengths=jnp.ones(batch, jnp.int32),
+        done=jnp.isin(token, stop_tokens) | (budget <= 1),
+        last=token, pending=jnp.ones(batch, bool),
+        pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache, key=key)
+
+    def decode(s: _Loop) -> _Loop:
+        key, step_key = jax.random.split(s.key)
+        logits, cache = forward(params, cfg, s.last[:, None],
+                                jnp.where(s.pending, s.pos, -1)[:, None], s.cache)
+        token, logprob = sample_token(logits[:, 0], step_key, temperature, top_k, top_p)
+        real = ~s.done
+        token = jnp.where(real, token, pad_id)
+        done = s.done | (real & jnp.isin(token, stop_tokens)) | (s.step + 1 >= budget)
+        return _Loop(s.step + 1, s.tokens.at[:, s.step].set(token),
+                     s.logprobs.at[:, s.step].set(jnp.where(real, logprob, 0.0)),
+                     s.lengths + real, done, token, real, s.pos + real, cache, key)
+
+    s = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode, state)
+    _, cache = forward(params, cfg, s.last[:, None], jnp.where(s.pending, s.pos, -1)[:, None],
+                       s.cache)
+    return Sampled(s.tokens, s.logprobs, s.lengths, cache, s.pos + 1)

@@ -1,0 +1,133 @@
+"""The jitted sampler: greedy parity with transformers, determinism, stops, budgets, caches."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from models import qwen
+from models.qwen.sampler import generate
+from tests.models.test_qwen_parity import TINY, randomise
+
+MAX_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.Qwen3Config(**TINY, head_dim=16)).eval()
+    randomise(model, seed=7)
+    folder = tmp_path_factory.mktemp("sampler")
+    model.save_pretrained(folder)
+    cfg, params = qwen.load(folder)
+    return model, cfg, params
+
+
+def prompts(cfg, seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, cfg.vocab_size, (3, 6)).astype(np.int32)
+    mask = np.ones((3, 6), bool)
+    mask[1, :2] = False
+    mask[2, :4] = False
+    return np.where(mask, tokens, 0).astype(np.int32), mask
+
+
+def run(params, cfg, tokens, mask, key=0, budget=MAX_TOKENS, stop=(-1,), **knobs):
+    cache = qwen.init_cache(cfg, tokens.shape[0], tokens.shape[1] + MAX_TOKENS + 8)
+    return generate(params, cfg, tokens, qwen.positions_from_mask(mask), cache,
+                    jax.random.key(key), max_tokens=MAX_TOKENS,
+                    max_new_tokens=jnp.int32(budget), stop_tokens=jnp.array(stop, jnp.int32),
+                    **knobs)
+
+
+def test_greedy_equals_transformers_generate(tiny):
+    model, cfg, params = tiny
+    tokens, mask = prompts(cfg)
+    out = run(params, cfg, tokens, mask, temperature=jnp.float32(0.0))
+    with torch.no_grad():
+        expected = model.generate(torch.tensor(tokens.astype(np.int64)),
+                                  attention_mask=torch.tensor(mask.astype(np.int64)),
+                                  max_new_tokens=MAX_TOKENS, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)
+    np.testing.assert_array_equal(np.asarray(out.tokens), expected[:, 6:].numpy())
+    assert np.asarray(out.lengths).tolist() == [MAX_TOKENS] * 3
+
+
+def test_logprobs_match_a_full_forward(tiny):
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg, seed=1)
+    out = run(params, cfg, tokens, mask, key=3)
+    full = np.concatenate([tokens, np.asarray(out.tokens)], axis=1)
+    full_mask = np.concatenate([mask, np.ones((3, MAX_TOKENS), bool)], axis=1)
+    logits, _ = qwen.forward(params, cfg, full, qwen.positions_from_mask(full_mask))
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    expected = np.take_along_axis(np.asarray(logp)[:, 5:-1], full[:, 6:, None], axis=2)[..., 0]
+    np.testing.assert_allclose(out.logprobs, expected, atol=1e-4)
+
+
+def test_deterministic_per_key(tiny):
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg)
+    a, b = run(params, cfg, tokens, mask, key=5), run(params, cfg, tokens, mask, key=5)
+    c = run(params, cfg, tokens, mask, key=6)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
+
+
+def test_stop_tokens_and_budget_end_rows_cleanly(tiny):
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg)
+    greedy = np.asarray(run(params, cfg, tokens, mask, temperature=jnp.float32(0.0)).tokens)
+    stop = int(greedy[0, 2])  # row 0 stops at its third token
+    out = run(params, cfg, tokens, mask, temperature=jnp.float32(0.0), stop=(stop,))
+    for row in range(3):
+        hits = np.flatnonzero(greedy[row] == stop)
+        n = hits[0] + 1 if hits.size else MAX_TOKENS
+        assert int(out.lengths[row]) == n
+        np.testing.assert_array_equal(np.asarray(out.tokens)[row, :n], greedy[row, :n])
+        assert np.all(np.asarray(out.tokens)[row, n:] == 0)
+        assert np.all(np.asarray(out.logprobs)[row, n:] == 0)
+    short = run(params, cfg, tokens, mask, temperature=jnp.float32(0.0), budget=3)
+    assert np.asarray(short.lengths).tolist() == [3, 3, 3]
+    np.testing.assert_array_equal(np.asarray(short.tokens)[:, :3], greedy[:, :3])
+    assert generate._cache_size() >= 1
+    sizes = generate._cache_size()
+    run(params, cfg, tokens, mask, temperature=jnp.float32(0.0), budget=5)
+    assert generate._cache_size() == sizes  # a new budget does not recompile
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(tiny):
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg)
+    greedy = run(params, cfg, tokens, mask, temperature=jnp.float32(0.0)).tokens
+    top1 = run(params, cfg, tokens, mask, key=9, top_k=jnp.int32(1)).tokens
+    nucleus = run(params, cfg, tokens, mask, key=9, top_p=jnp.float32(1e-6)).tokens
+    np.testing.assert_array_equal(top1, greedy)
+    np.testing.assert_array_equal(nucleus, greedy)
+
+
+def test_continuing_reuses_the_cache(tiny):
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg, seed=2)
+    cache = qwen.init_cache(cfg, 3, 64)
+    first = generate(params, cfg, tokens, qwen.positions_from_mask(mask), cache,
+                     jax.random.key(1), max_tokens=MAX_TOKENS, max_new_tokens=jnp.int32(4),
+                     stop_tokens=jnp.array([-1], jnp.int32), temperature=jnp.float32(0.0))
+    observation = np.random.default_rng(4).integers(1, cfg.vocab_size, (3, 3)).astype(np.int32)
+    obs_pos = (np.asarray(first.next_positions)[:, None] + np.arange(3)).astype(np.int32)
+    second = generate(params, cfg, observation, obs_pos, first.cache, jax.random.key(2),
+                      max_tokens=MAX_TOKENS, max_new_tokens=jnp.int32(4),
+                      stop_tokens=jnp.array([-1], jnp.int32), temperature=jnp.float32(0.0))
+    # the same conversation rendered in one piece, greedy from scratch
+    whole = np.concatenate([tokens, np.asarray(first.tokens)[:, :4], observation], axis=1)
+    whole_mask = np.concatenate([mask, np.ones((3, 7), bool)], axis=1)
+    fresh = run(params, cfg, whole, whole_mask, temperature=jnp.float32(0.0), budget=4)
+    np.testing.assert_array_equal(np.asarray(second.tokens)[:, :4],
+                                  np.asarray(fresh.tokens)[:, :4])
+    np.testing.assert_allclose(np.asarray(second.logprobs)[:, :4],
+                               np.asarray(fresh.logprobs)[:, :4], atol=1e-4)
