@@ -1,8 +1,11 @@
-"""Shared hypothesis strategies: random multi-turn groups packed into padded batches."""
+"""Test setup: 8 fake CPU devices, hypothesis profile, random multi-turn batches."""
 
 from __future__ import annotations
 
 import os
+
+# Sharding tests need several devices; on CPU, fake them (before anything imports jax).
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
