@@ -171,7 +171,7 @@ def validate(batch: Batch) -> None:
     Checks: ranks and matching sizes; dtypes; finite rewards; group ids >= -1; turn ids in
     [-1, T) and >= 0 exactly on loss-mask tokens; padding rows (group -1) carry no loss mask and
     no valid turn; each real row has at least one policy token; turns are a prefix 0..T_i-1;
-    every policy token's turn is valid.
+    every policy token's turn is valid and every valid turn has policy tokens; ids fit int32.
     """
     arrays = {f.name: np.asarray(getattr(batch, f.name)) for f in dataclasses.fields(Batch)}
     ranks = {"tokens": 2, "loss_mask": 2, "turn_ids": 2, "group_ids": 1, "rewards": 1,
@@ -195,6 +195,9 @@ def validate(batch: Batch) -> None:
     loss_mask, turn_ids, turn_valid = arrays["loss_mask"], arrays["turn_ids"], arrays["turn_valid"]
     real = group_ids >= 0
     _require((group_ids >= -1).all(), f"group_ids: values below -1 at rows {_rows(group_ids < -1)}")
+    too_big = group_ids > np.iinfo(np.int32).max
+    _require(not too_big.any(),
+             f"group_ids: values beyond int32 at rows {_rows(too_big)} (JAX would wrap them)")
     _require(np.isfinite(rewards[real]).all(),
              f"rewards: NaN or inf at rows {_rows(real & ~np.isfinite(rewards))}")
     n_turns = turn_valid.shape[1]
@@ -217,3 +220,9 @@ def validate(batch: Batch) -> None:
     bad_turn = loss_mask & ~token_turn_ok
     _require(not bad_turn.any(),
              f"turn_ids: policy tokens point at invalid turns in rows {_rows(bad_turn.any(1))}")
+    has_tokens = np.zeros_like(turn_valid)
+    rows, cols = np.nonzero(loss_mask)
+    has_tokens[rows, turn_ids[rows, cols]] = True
+    empty_turn = turn_valid & ~has_tokens
+    _require(not empty_turn.any(),
+             f"turn_valid: valid turns without policy tokens in rows {_rows(empty_turn.any(1))}")

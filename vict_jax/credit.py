@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from prover_jax.credit import registry
 from vict_jax.redistribute import RedistributionConfig, redistribute
 
@@ -21,6 +23,15 @@ class VictConfig:
 
     base: Any = None
     redistribution: RedistributionConfig = dataclasses.field(default_factory=RedistributionConfig)
+
+
+def check_vict_values(inputs) -> None:
+    """Marginals finite; witness weights finite and non-negative."""
+    if not np.isfinite(np.asarray(inputs["marginals"])).all():
+        raise ValueError("marginals: must be finite")
+    omega = np.asarray(inputs["omega"])
+    if not np.isfinite(omega).all() or (omega < 0).any():
+        raise ValueError("omega: witness weights must be finite and >= 0")
 
 
 def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMethod:
@@ -37,13 +48,17 @@ def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMetho
                               batch.turn_valid, batch.group_ids, config.redistribution)
         return result.advantages, outcome
 
-    def check_values(batch, inputs):
+    def check_values(batch, inputs, config: VictConfig):
+        check_vict_values(inputs)
         if base_method is not None and base_method.check_values is not None:
-            base_method.check_values(batch, {k: inputs[k] for k in base_method.inputs})
+            base_config = config.base if config.base is not None else base_method.config_type()
+            base_method.check_values(batch, {k: inputs[k] for k in base_method.inputs},
+                                     base_config)
 
     if base_method is None:
         return registry.CreditMethod("vict", compute, VICT_INPUTS, VictConfig,
-                                     "GRPO + verifier-traced corrections (VICT eq. 9)")
+                                     "GRPO + verifier-traced corrections (VICT eq. 9)",
+                                     check_values)
     return registry.CreditMethod(
         f"{base_method.name}+vict", compute, {**base_method.inputs, **VICT_INPUTS}, VictConfig,
         f"{base_method.name} + verifier-traced corrections (VICT eq. 10)", check_values)

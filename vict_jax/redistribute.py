@@ -133,7 +133,7 @@ def corrections(normalised: jax.Array, omega: jax.Array, z_eps: float | jax.Arra
     """
     check_arrays({"normalised": (normalised, "b m", "f"), "omega": (omega, "b t m", "f")})
     z = jnp.sum(omega, axis=1) + z_eps
-    return jnp.einsum("bm,btm->bt", normalised / z, omega)
+    return jnp.einsum("bm,btm->bt", normalised / z, omega, precision=jax.lax.Precision.HIGHEST)
 
 
 def calibrate(base: jax.Array, vict: jax.Array, turn_valid: jax.Array,
@@ -160,7 +160,7 @@ def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
         rollout-side method M (ProVer, GiGPO, ...); lambda and c are calibrated from it.
       marginals: float32 [B, M] signed core marginals `q_i * phi_j`.
       eligible: bool [B, M] eligibility gate.
-      omega: float32 [B, T, M] witness weights.
+      omega: float32 [B, T, M] witness weights (ignored on padding turns).
       turn_valid: bool [B, T].
       group_ids: int32 [B]; -1 marks padding.
       config: RedistributionConfig (static).
@@ -174,6 +174,7 @@ def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
     })
     check_choice("calibration", config.calibration, ("nonzero", "all"))
     base_bt = per_turn(base, turn_valid)
+    omega = jnp.where(turn_valid[:, :, None], omega, 0.0)  # no witness on padding turns
     norm = normalise(marginals, eligible, omega, group_ids, config.center, config.norm_eps)
     vict = corrections(norm.values, omega, config.z_eps)
     vict = jnp.where(turn_valid & (jnp.abs(vict) > config.zero_tol), vict, 0.0)

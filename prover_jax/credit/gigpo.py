@@ -58,7 +58,8 @@ def discounted_returns(step_rewards: jax.Array, turn_valid: jax.Array,
     lag = t[None, :] - t[:, None]  # [t, s] -> s - t
     discount = jnp.where(lag >= 0, jnp.asarray(gamma, jnp.float32) ** jnp.maximum(lag, 0), 0.0)
     rewards = jnp.where(turn_valid, step_rewards, 0.0)
-    return jnp.where(turn_valid, jnp.einsum("bs,ts->bt", rewards, discount), 0.0)
+    returns = jnp.einsum("bs,ts->bt", rewards, discount, precision=jax.lax.Precision.HIGHEST)
+    return jnp.where(turn_valid, returns, 0.0)
 
 
 def terminal_step_rewards(rewards: jax.Array, turn_valid: jax.Array) -> jax.Array:
@@ -77,6 +78,31 @@ def _normalise(values, stats, mode: Mode, eps, singleton_std: float):
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "episode_stats"))
+def episode_advantage(rewards: jax.Array, group_ids: jax.Array, turn_valid: jax.Array,
+                      mode: Mode = "mean_norm", episode_stats: EpisodeStats = "per_trajectory",
+                      eps: float | jax.Array = 1e-6) -> jax.Array:
+    """GiGPO's episode (outcome) advantage, float32 [B]; 0 on padding rows.
+
+    Args:
+      rewards: float32 [B]; group_ids: int32 [B] (-1 padding); turn_valid: bool [B, T].
+      mode, episode_stats, eps: as in `gigpo`.
+    """
+    check_arrays({
+        "rewards": (rewards, "b", "f"), "group_ids": (group_ids, "b", "i"),
+        "turn_valid": (turn_valid, "b t", "b"),
+    })
+    check_choice("mode", mode, ("mean_norm", "mean_std_norm"))
+    check_choice("episode_stats", episode_stats, ("per_trajectory", "per_turn"))
+    row_valid = group_ids >= 0
+    group = dense_ids((group_ids,), row_valid)
+    weights = jnp.sum(turn_valid, axis=1) if episode_stats == "per_turn" else row_valid
+    stats = segment_stats(rewards.astype(jnp.float32), group, weights.astype(jnp.float32))
+    stats = stats._replace(mean=jnp.where(stats.count > 1, stats.mean, 0.0),
+                           constant=stats.constant & (stats.count > 1))
+    return jnp.where(row_valid, _normalise(rewards, stats, mode, eps, singleton_std=1.0), 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "episode_stats"))
 def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
           turn_valid: jax.Array, step_rewards: jax.Array | None = None,
           gamma: float | jax.Array = 0.95, omega: float | jax.Array = 1.0,
@@ -89,7 +115,8 @@ def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
       group_ids: int32 [B] task group of each row; -1 marks a padding row.
       anchor_ids: int32 [B, T] step-group id of each turn, in [0, B*T): turns with equal ids form
         a step group, so ids of different task groups must differ (as
-        `anchor_ids_from_observations` makes them); ignored on padding turns.
+        `anchor_ids_from_observations` makes them). A valid turn with an id outside [0, B*T) is
+        treated as a singleton step group (step advantage 0).
       turn_valid: bool [B, T].
       step_rewards: float32 [B, T] per-turn environment rewards, or None for the terminal reward
         on the last turn.
@@ -106,30 +133,23 @@ def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
         "rewards": (rewards, "b", "f"), "group_ids": (group_ids, "b", "i"),
         "anchor_ids": (anchor_ids, "b t", "i"), "turn_valid": (turn_valid, "b t", "b"),
     })
-    check_choice("mode", mode, ("mean_norm", "mean_std_norm"))
-    check_choice("episode_stats", episode_stats, ("per_trajectory", "per_turn"))
     if step_rewards is None:
         step_rewards = terminal_step_rewards(rewards, turn_valid)
     check_arrays({"step_rewards": (step_rewards, "b t", "f"),
                   "turn_valid": (turn_valid, "b t", "b")})
-
-    row_valid = group_ids >= 0
-    turn_valid = turn_valid & row_valid[:, None]
-    group = dense_ids((group_ids,), row_valid)
-    weights = jnp.sum(turn_valid, axis=1) if episode_stats == "per_turn" else row_valid
-    episode = segment_stats(rewards.astype(jnp.float32), group, weights.astype(jnp.float32))
-    episode = episode._replace(mean=jnp.where(episode.count > 1, episode.mean, 0.0),
-                               constant=episode.constant & (episode.count > 1))
-    episode_adv = _normalise(rewards, episode, mode, eps, singleton_std=1.0)
+    turn_valid = turn_valid & (group_ids >= 0)[:, None]
+    episode = episode_advantage(rewards, group_ids, turn_valid, mode, episode_stats, eps)
 
     n = turn_valid.size
     anchors = anchor_ids.reshape(-1)
-    step_group = jnp.where(turn_valid.reshape(-1) & (anchors >= 0), jnp.minimum(anchors, n), n)
+    known = turn_valid.reshape(-1) & (anchors >= 0) & (anchors < n)
+    step_group = jnp.where(known, anchors, n)
     returns = discounted_returns(step_rewards, turn_valid, gamma).reshape(-1)
     step = segment_stats(returns, step_group)
-    step_adv = _normalise(returns, step, mode, eps, singleton_std=1.0).reshape(turn_valid.shape)
+    step_adv = jnp.where(known, _normalise(returns, step, mode, eps, singleton_std=1.0), 0.0)
 
-    return jnp.where(turn_valid, episode_adv[:, None] + omega * step_adv, 0.0)
+    return jnp.where(turn_valid, episode[:, None] + omega * step_adv.reshape(turn_valid.shape),
+                     0.0)
 
 
 def anchor_ids_from_observations(observations: Sequence[Sequence[str]],

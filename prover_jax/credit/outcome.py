@@ -65,7 +65,7 @@ def rloo(rewards: jax.Array, group_ids: jax.Array) -> jax.Array:
     """
     check_arrays({"rewards": (rewards, "b", "f"), "group_ids": (group_ids, "b", "i")})
     valid, stats = group_stats(rewards, group_ids)
-    others = jnp.maximum(stats.count - 1, 1)
-    adv = rewards - (stats.mean * stats.count - rewards) / others
+    # R_i - (n mean - R_i) / (n - 1) = n / (n - 1) (R_i - mean), without the cancellation
+    adv = stats.count / jnp.maximum(stats.count - 1, 1) * (rewards - stats.mean)
     keep = valid & ~stats.constant & (stats.count > 1)
     return jnp.where(keep, adv, 0.0).astype(jnp.float32)

@@ -6,8 +6,8 @@ those arrays and the config to per-turn advantages. Built-in methods register be
 packages add theirs through the `prover_jax.credit_methods` entry-point group (VICT does), so this
 package never imports them.
 
-Every method also reports its trajectory-level *outcome* component (GRPO for all built-ins): VICT
-takes the sign of its base from it (SPEC §4.5, eq. 10).
+Every method also reports its trajectory-level *outcome* component (GRPO, or GiGPO's episode
+advantage): VICT takes the sign of its base from it (SPEC §4.5, eq. 10).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from prover_jax.batch import Batch
 from prover_jax.checks import check_arrays
 from prover_jax.credit.criticsearch import criticsearch
-from prover_jax.credit.gigpo import gigpo
+from prover_jax.credit.gigpo import episode_advantage, gigpo
 from prover_jax.credit.outcome import Scale, grpo, rloo
 from prover_jax.credit.prover import prover
 from prover_jax.credit.spo import spo_chain, spo_tree
@@ -54,7 +54,8 @@ class CreditMethod:
       inputs: extra arrays the host side provides, name -> (shape spec, dtype kind).
       config_type: frozen dataclass of the method's knobs; `config_type()` is the default.
       description: one line for `--help` and the README.
-      check_values: optional host-side check of input values (raises ValueError).
+      check_values: optional host-side check (batch, inputs, config) of input values (raises
+        ValueError).
     """
 
     name: str
@@ -62,7 +63,7 @@ class CreditMethod:
     inputs: InputSpec
     config_type: type
     description: str
-    check_values: Callable[[Batch, Mapping[str, Any]], None] | None = None
+    check_values: Callable[[Batch, Mapping[str, Any], Any], None] | None = None
 
 
 _REGISTRY: dict[str, CreditMethod] = {}
@@ -100,8 +101,12 @@ def get(name: str) -> CreditMethod:
     return _REGISTRY[name]
 
 
-def check_inputs(method: CreditMethod, batch: Batch, inputs: Mapping[str, Any]) -> None:
-    """Raises a ValueError naming any missing, unexpected or mis-shaped input array."""
+INT32 = np.iinfo(np.int32)
+
+
+def check_inputs(method: CreditMethod, batch: Batch, inputs: Mapping[str, Any],
+                 config: Any) -> None:
+    """Raises a ValueError naming any missing, unexpected, mis-shaped or out-of-range input."""
     missing = sorted(set(method.inputs) - set(inputs))
     if missing:
         raise ValueError(f"credit method {method.name!r} needs inputs {missing}")
@@ -111,8 +116,13 @@ def check_inputs(method: CreditMethod, batch: Batch, inputs: Mapping[str, Any]) 
     specs = {"turn_valid": (batch.turn_valid, "b t", "b")}
     specs.update({name: (inputs[name], spec, kind) for name, (spec, kind) in method.inputs.items()})
     check_arrays(specs)
+    for name, value in inputs.items():
+        value = np.asarray(value)
+        if value.dtype.kind in "iu" and value.size and (
+                value.min() < INT32.min or value.max() > INT32.max):
+            raise ValueError(f"{name}: values must fit int32 (JAX would silently wrap them)")
     if method.check_values is not None:
-        method.check_values(batch, inputs)
+        method.check_values(batch, inputs, config)
 
 
 def compute(name: str, batch: Batch, inputs: Mapping[str, Any] | None = None,
@@ -134,7 +144,7 @@ def compute(name: str, batch: Batch, inputs: Mapping[str, Any] | None = None,
     if not isinstance(config, method.config_type):
         raise TypeError(f"config for {name!r} must be {method.config_type.__name__}, "
                          f"got {type(config).__name__}")
-    check_inputs(method, batch, inputs)
+    check_inputs(method, batch, inputs, config)
     turns, outcome = method.compute(batch, inputs, config)
     return Credit(turns, to_tokens(turns, batch.turn_ids, batch.loss_mask), outcome)
 
@@ -174,6 +184,7 @@ class BudgetMatchedConfig(GrpoConfig):
 @dataclasses.dataclass(frozen=True)
 class ProverConfig(GrpoConfig):
     lam: float = 1.0
+    max_segment_turns: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,27 +232,36 @@ def _prover(batch, inputs, config):
     return turns, outcome
 
 
-def _check_prover(batch: Batch, inputs) -> None:
+def _check_prover(batch: Batch, inputs, config: ProverConfig) -> None:
+    """SPEC §2 validity of every measured segment: 0 <= l <= r <= T_i - 2, length <= max."""
     delta = np.asarray(inputs["delta"])
     start, end = np.asarray(inputs["seg_start"]), np.asarray(inputs["seg_end"])
     if not np.isfinite(delta).all():
         raise ValueError("delta: must be finite (use 0 where there is no measurement)")
     n_turns = np.asarray(batch.turn_valid).sum(1)
-    bad = (delta != 0) & ((start < 0) | (start > end) | (end >= n_turns))
-    if bad.any():
-        raise ValueError(f"seg_start/seg_end: invalid segment where delta != 0 at rows "
-                         f"{np.flatnonzero(bad)[:8].tolist()}")
+    checks = {
+        "start < 0 or start > end": (start < 0) | (start > end),
+        "ends on the terminal turn": end > n_turns - 2,
+        f"longer than {config.max_segment_turns} turns": end - start + 1 > config.max_segment_turns,
+    }
+    for problem, bad in checks.items():
+        bad = bad & (delta != 0)
+        if bad.any():
+            raise ValueError(f"seg_start/seg_end: segment {problem} where delta != 0 at rows "
+                             f"{np.flatnonzero(bad)[:8].tolist()}")
 
 
 def _gigpo(batch, inputs, config):
     turns = gigpo(batch.rewards, batch.group_ids, inputs["anchor_ids"], batch.turn_valid,
                   None, config.gamma, config.omega, config.mode, config.episode_stats,
                   config.eps)
-    scale = "std" if config.mode == "mean_std_norm" else "none"
-    return turns, grpo(batch.rewards, batch.group_ids, scale, config.eps)
+    outcome = episode_advantage(batch.rewards, batch.group_ids, batch.turn_valid, config.mode,
+                                config.episode_stats, config.eps)
+    return turns, outcome
 
 
-def _check_gigpo(batch: Batch, inputs) -> None:
+def _check_gigpo(batch: Batch, inputs, config) -> None:
+    del config
     anchors = np.asarray(inputs["anchor_ids"])
     valid = np.asarray(batch.turn_valid)
     groups = np.broadcast_to(np.asarray(batch.group_ids)[:, None], anchors.shape)[valid]
@@ -269,8 +289,8 @@ def _spo_tree(batch, inputs, config):
     return turns, outcome
 
 
-def _check_spo_tree(batch: Batch, inputs) -> None:
-    del batch
+def _check_spo_tree(batch: Batch, inputs, config) -> None:
+    del batch, config
     parents = np.asarray(inputs["tree_parents"])
     nodes = np.arange(parents.shape[1])[None, :]
     if ((parents >= nodes) | (parents < -1)).any():
@@ -291,8 +311,8 @@ def _criticsearch(batch, inputs, config):
     return turns, outcome
 
 
-def _check_criticsearch(batch: Batch, inputs) -> None:
-    del batch
+def _check_criticsearch(batch: Batch, inputs, config) -> None:
+    del batch, config
     labels = np.asarray(inputs["critic_labels"])
     if not np.isin(labels, (-1, 0, 1)).all():
         raise ValueError("critic_labels: values must be -1, 0 or +1")

@@ -100,7 +100,8 @@ def _ancestor_or_self(parents: jax.Array, node_valid: jax.Array) -> jax.Array:
     step = jax.nn.one_hot(parents, n, dtype=jnp.float32) * node_valid[..., None]
     reach = jnp.minimum(eye + step, 1.0)
     for _ in range(max(1, math.ceil(math.log2(n)))):
-        reach = jnp.minimum(jnp.einsum("gna,gab->gnb", reach, reach), 1.0)
+        reach = jnp.minimum(jnp.einsum("gna,gab->gnb", reach, reach,
+                                       precision=jax.lax.Precision.HIGHEST), 1.0)
     return reach > 0
 
 
@@ -126,7 +127,8 @@ def spo_tree_values(parents: jax.Array, leaf_rewards: jax.Array,
     child_count = jnp.sum(jax.nn.one_hot(parents, n) * node_valid[..., None], axis=1)
     leaf = node_valid & (child_count == 0)
     reach = _ancestor_or_self(parents, node_valid) & leaf[..., None]
-    mass = jnp.einsum("gna,gn->ga", reach.astype(jnp.float32), jnp.where(leaf, leaf_rewards, 0.0))
+    mass = jnp.einsum("gna,gn->ga", reach.astype(jnp.float32), jnp.where(leaf, leaf_rewards, 0.0),
+                      precision=jax.lax.Precision.HIGHEST)
     count = jnp.sum(reach, axis=1)
     values = jnp.where(node_valid & (count > 0), mass / jnp.maximum(count, 1), 0.0)
     parent_value = jnp.take_along_axis(values, jnp.maximum(parents, 0), axis=1)

@@ -106,6 +106,8 @@ def _set(index, value):
                     turn_ids=lambda x: x * 0 - 1), "no policy tokens"),
     (lambda: broken(turn_valid=_set((0, 1), False)), "point at invalid turns"),
     (lambda: broken(group_ids=_set(0, -3)), "group_ids: values below -1"),
+    (lambda: broken(group_ids=lambda x: x.astype(np.int64) + 2**33), "beyond int32"),
+    (lambda: broken(turn_valid=_set((1, 1), True)), "valid turns without policy tokens"),
 ])
 def test_validate_names_the_array(batch, message):
     with pytest.raises(ValueError, match=message):

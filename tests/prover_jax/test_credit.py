@@ -77,6 +77,33 @@ def test_anchor_ids_from_observations():
         credit.anchor_ids_from_observations(observations, [0, 0, 1], 4, similarity=1.0)
 
 
+def test_gigpo_unknown_anchor_is_a_singleton_step_group():
+    # as test_gigpo_hand_derived, but turn 1 of row 0 has no usable anchor: step advantage 0
+    rewards = jnp.array([1.0, 0.0])
+    for bad in (-1, 99):
+        out = credit.gigpo(rewards, jnp.array([3, 3], jnp.int32),
+                           jnp.array([[0, bad], [0, 2]], jnp.int32), jnp.ones((2, 2), bool),
+                           gamma=0.5)
+        close(out, [[0.75, 0.5], [-0.75, -0.5]])
+
+
+def test_gigpo_outcome_is_its_episode_advantage():
+    # per-turn episode stats: rewards 1, 0, 0.6 with 4, 1, 1 turns -> weighted mean
+    # (4 + 0 + 0.6) / 6 = 0.7667; row 2 gets 0.6 - 0.7667 < 0 although GRPO gives it > 0
+    from prover_jax.batch import Message, Trajectory, pack
+    from prover_jax.credit import registry
+
+    def episode(turns, reward):
+        return Trajectory([Message([1], "assistant", t) for t in range(turns)], reward)
+
+    batch = pack([[episode(4, 1.0), episode(1, 0.0), episode(1, 0.6)]])
+    anchors = np.arange(batch.turn_valid.size, dtype=np.int32).reshape(batch.turn_valid.shape)
+    out = credit.compute("gigpo", batch, {"anchor_ids": anchors},
+                         registry.GigpoConfig(episode_stats="per_turn"))
+    close(out.outcome, [1 - 4.6 / 6, -4.6 / 6, 0.6 - 4.6 / 6])
+    assert float(credit.grpo(batch.rewards, batch.group_ids)[2]) > 0
+
+
 def test_spo_chain_hand_derived():
     # 7 turns -> segments [0,1,2], [3,4], [5,6]; V0 = group mean 0.5, V1 = 0.25, V2 = 0.75, V3 = 1
     turn_valid = jnp.ones((2, 7), bool)
@@ -124,12 +151,12 @@ def extras(batch, seed):
     rng = seeded(seed)
     b, t = batch.turn_valid.shape
     n_turns = batch.turn_valid.sum(1)
-    start = rng.integers(0, np.maximum(n_turns, 1))
+    last = np.maximum(n_turns - 2, 0)  # a segment must end before the terminal turn
+    start = rng.integers(0, last + 1)
     return {
         "seg_start": start.astype(np.int32),
-        "seg_end": np.minimum(start + rng.integers(0, 4, b), np.maximum(n_turns - 1, 0)
-                              ).astype(np.int32),
-        "delta": np.where(n_turns > 0, rng.choice([-0.5, 0.0, 0.25, 0.5], b), 0.0
+        "seg_end": np.minimum(start + rng.integers(0, 4, b), last).astype(np.int32),
+        "delta": np.where(n_turns >= 2, rng.choice([-0.5, 0.0, 0.25, 0.5], b), 0.0
                           ).astype(np.float32),
         "anchor_ids": (np.maximum(batch.group_ids, 0)[:, None] * 3 + rng.integers(0, 3, (b, t))
                        ).astype(np.int32),
@@ -240,8 +267,10 @@ def test_spo_tree_2_2_2_shape():
     leaf = np.zeros((1, 15), np.float32)
     leaf[0, 7:] = [1, 1, 0, 0, 1, 0, 0, 0]
     values, branch = credit.spo_tree_values(parents, leaf)
-    assert float(values[0, 0]) == pytest.approx(3 / 8)
-    assert int(np.count_nonzero(np.asarray(branch)[0, 1:] != 0)) <= 14
+    # leaves 7..14 pair up under nodes 3..6: means 1, 0, 0.5, 0; level 1: 0.5, 0.25; root 3/8
+    close(values[0, :7], [3 / 8, 0.5, 0.25, 1.0, 0.0, 0.5, 0.0])
+    close(branch[0, 1:3], [0.5 - 3 / 8, 0.25 - 3 / 8])
+    close(branch[0, 7:9], [0.0, 0.0])  # both leaves under node 3 equal its value
     close(branch, ref.spo_tree_values(parents, leaf)[1])
 
 

@@ -65,8 +65,21 @@ def test_missing_and_unexpected_inputs(batch):
 def test_value_checks(batch):
     bad_segment = {"seg_start": np.full(8, 2, np.int32), "seg_end": np.full(8, 1, np.int32),
                    "delta": np.full(8, 0.5, np.float32)}
-    with pytest.raises(ValueError, match="invalid segment"):
+    with pytest.raises(ValueError, match="start > end"):
         credit.compute("prover", batch, bad_segment)
+    # row 0 has 3 turns: turn 2 is terminal; rows 0-2 are one group of lengths 3, 2, 4
+    one_row = lambda start, end: {  # noqa: E731
+        "seg_start": np.array([start] + [0] * 7, np.int32),
+        "seg_end": np.array([end] + [0] * 7, np.int32),
+        "delta": np.array([0.5] + [0] * 7, np.float32)}
+    with pytest.raises(ValueError, match="ends on the terminal turn"):
+        credit.compute("prover", batch, one_row(1, 2))
+    long_batch = pack([[conversation(7, 1.0), conversation(2, 0.0)]], row_multiple=8)
+    with pytest.raises(ValueError, match="longer than 4 turns"):
+        credit.compute("prover", long_batch, one_row(0, 4))
+    credit.compute("prover", long_batch, one_row(0, 4), registry.ProverConfig(max_segment_turns=5))
+    with pytest.raises(ValueError, match="fit int32"):
+        credit.compute("gigpo", batch, {"anchor_ids": np.full((8, 4), 2**40, np.int64)})
     with pytest.raises(ValueError, match="critic_labels"):
         credit.compute("criticsearch", batch, {
             "critic_labels": np.full((8, 4), 2, np.int32),

@@ -147,6 +147,28 @@ def test_jit_equals_eager():
     assert np.any(np.asarray(jitted.corrections) != 0)
 
 
+def test_witness_weights_on_padding_turns_are_ignored():
+    batch = pack([[conversation(3, 1.0), conversation(2, 1.0), conversation(2, 0.0)]],
+                 row_multiple=4)
+    marginals, eligible, omega = vict_inputs(batch, 5)
+    base = credit.grpo(batch.rewards, batch.group_ids)
+    clean = redistribute(base, marginals, eligible, omega, batch.turn_valid, batch.group_ids)
+    noisy = omega + 3.0 * ~batch.turn_valid[:, :, None]
+    dirty = redistribute(base, marginals, eligible, noisy, batch.turn_valid, batch.group_ids)
+    close(dirty.advantages, clean.advantages)
+
+
+def test_registry_rejects_bad_vict_values():
+    batch = pack([[conversation(3, 1.0), conversation(2, 0.0)]], row_multiple=2)
+    marginals, eligible, omega = vict_inputs(batch, 5)
+    with pytest.raises(ValueError, match="omega"):
+        credit.compute("vict", batch, {"marginals": marginals, "eligible": eligible,
+                                       "omega": -omega - 1})
+    with pytest.raises(ValueError, match="marginals"):
+        credit.compute("vict", batch, {"marginals": marginals * np.nan, "eligible": eligible,
+                                       "omega": omega})
+
+
 def test_violations_are_counted():
     # a correction on turn 1, but the only eligible atom's edge is on turn 0
     omega = jnp.zeros((1, 2, 1)).at[0, 0, 0].set(1.0)
