@@ -20,7 +20,7 @@ from prover_jax.credit.tokens import high_prob_mask, per_turn, to_tokens
 
 __all__ = [
     "Credit", "CreditMethod", "anchor_ids_from_observations", "compute", "criticsearch",
-    "discounted_returns", "episode_advantage", "get", "gigpo", "grpo", "high_prob_mask", "names", "per_turn",
-    "prover", "register", "rloo", "spo_chain", "spo_chain_segments", "spo_tree",
+    "discounted_returns", "episode_advantage", "get", "gigpo", "grpo", "high_prob_mask", "names",
+    "per_turn", "prover", "register", "rloo", "spo_chain", "spo_chain_segments", "spo_tree",
     "spo_tree_values", "to_tokens",
 ]
