@@ -10,6 +10,7 @@ shardings. Saving writes a folder `transformers` loads back (`from_pretrained`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,52 +20,99 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from models.qwen.config import QwenConfig, from_hf_config, to_hf_config
+from models.qwen.config import FULL, LINEAR, QwenConfig, from_hf_config, to_hf_config
 from models.qwen.params import describe
 
+log = logging.getLogger(__name__)
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
-# our layer weight -> (HF name inside `model.layers.{i}.`, layout)
-LAYER_NAMES = {
-    "attn_norm": ("input_layernorm.weight", "vector"),
-    "q": ("self_attn.q_proj.weight", "in_heads"),
-    "k": ("self_attn.k_proj.weight", "in_heads"),
-    "v": ("self_attn.v_proj.weight", "in_heads"),
-    "o": ("self_attn.o_proj.weight", "out_heads"),
-    "q_bias": ("self_attn.q_proj.bias", "heads"),
-    "k_bias": ("self_attn.k_proj.bias", "heads"),
-    "v_bias": ("self_attn.v_proj.bias", "heads"),
-    "o_bias": ("self_attn.o_proj.bias", "vector"),
-    "q_norm": ("self_attn.q_norm.weight", "vector"),
-    "k_norm": ("self_attn.k_norm.weight", "vector"),
-    "mlp_norm": ("post_attention_layernorm.weight", "vector"),
-    "gate": ("mlp.gate_proj.weight", "linear"),
-    "up": ("mlp.up_proj.weight", "linear"),
-    "down": ("mlp.down_proj.weight", "linear"),
+# group -> our weight -> (HF name inside `<prefix>layers.{i}.`, layout); each group is stacked
+# over the layers of its kind (`layers`: all, `attn`: full attention, `linear`: Gated DeltaNet).
+GROUPS = {
+    "layers": {
+        "attn_norm": ("input_layernorm.weight", "vector"),
+        "mlp_norm": ("post_attention_layernorm.weight", "vector"),
+        "gate": ("mlp.gate_proj.weight", "linear"),
+        "up": ("mlp.up_proj.weight", "linear"),
+        "down": ("mlp.down_proj.weight", "linear"),
+    },
+    "attn": {
+        "q": ("self_attn.q_proj.weight", "in_heads"),
+        "k": ("self_attn.k_proj.weight", "in_heads"),
+        "v": ("self_attn.v_proj.weight", "in_heads"),
+        "o": ("self_attn.o_proj.weight", "out_heads"),
+        "q_bias": ("self_attn.q_proj.bias", "heads"),
+        "k_bias": ("self_attn.k_proj.bias", "heads"),
+        "v_bias": ("self_attn.v_proj.bias", "heads"),
+        "o_bias": ("self_attn.o_proj.bias", "vector"),
+        "q_norm": ("self_attn.q_norm.weight", "vector"),
+        "k_norm": ("self_attn.k_norm.weight", "vector"),
+    },
+    "linear": {
+        "qkv": ("linear_attn.in_proj_qkv.weight", "linear"),
+        "z": ("linear_attn.in_proj_z.weight", "in_heads"),
+        "b": ("linear_attn.in_proj_b.weight", "linear"),
+        "a": ("linear_attn.in_proj_a.weight", "linear"),
+        "conv": ("linear_attn.conv1d.weight", "conv"),
+        "dt_bias": ("linear_attn.dt_bias", "vector"),
+        "A_log": ("linear_attn.A_log", "vector"),
+        "norm": ("linear_attn.norm.weight", "vector"),
+        "out": ("linear_attn.out_proj.weight", "out_heads"),
+    },
 }
+# Qwen3.5 packs the output gate into q_proj, interleaved per head: [q_h (E rows), gate_h (E)].
+GATED_Q = {"q": ("self_attn.q_proj.weight", "gated_query"),
+           "q_gate": ("self_attn.q_proj.weight", "gated_gate")}
 TOP_NAMES = {
-    "embed": ("model.embed_tokens.weight", "vector"),
-    "norm": ("model.norm.weight", "vector"),
-    "lm_head": ("lm_head.weight", "linear"),
+    "embed": ("embed_tokens.weight", "vector"),
+    "norm": ("norm.weight", "vector"),
 }
+LM_HEAD = "lm_head.weight"
+TEXT_PREFIX, VL_TEXT_PREFIX = "model.", "model.language_model."
+SKIPPED_PREFIXES = ("model.visual.", "mtp.")
+
+
+def names_of(cfg: QwenConfig, group: str) -> dict[str, tuple[str, str]]:
+    """Our weight -> (HF name, layout) for one group of `cfg`."""
+    table = dict(GROUPS[group])
+    if group == "attn" and cfg.attn_output_gate:
+        table.update(GATED_Q)
+    return table
+
+
+def layer_indices(cfg: QwenConfig, group: str) -> list[int]:
+    """The model layers a group's stack runs over, in order."""
+    if group == "layers":
+        return list(range(cfg.num_layers))
+    kind = FULL if group == "attn" else LINEAR
+    return [i for i, k in enumerate(cfg.kinds) if k == kind]
 
 
 def _hf_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     """HF shape of one of our (per-layer) arrays."""
     if layout == "in_heads":  # ours [d, h, e], HF [h*e, d]
         return (shape[1] * shape[2], shape[0])
+    if layout in ("gated_query", "gated_gate"):  # ours [d, h, e], HF [h*2e, d]
+        return (2 * shape[1] * shape[2], shape[0])
     if layout == "out_heads":  # ours [h, e, d], HF [d, h*e]
         return (shape[2], shape[0] * shape[1])
     if layout == "heads":  # ours [h, e], HF [h*e]
         return (shape[0] * shape[1],)
     if layout == "linear":  # ours [in, out], HF [out, in]
         return (shape[1], shape[0])
+    if layout == "conv":  # ours [kernel, channels], HF [channels, 1, kernel]
+        return (shape[1], 1, shape[0])
     return shape
 
 
 def from_hf(x: np.ndarray, shape: tuple[int, ...], layout: str) -> np.ndarray:
     """An HF tensor in our layout of `shape`."""
+    if layout in ("gated_query", "gated_gate"):
+        d, h, e = shape
+        return x.T.reshape(d, h, 2, e)[:, :, 0 if layout == "gated_query" else 1]
+    if layout == "conv":
+        return x[:, 0, :].T
     if layout in ("in_heads", "out_heads", "linear"):
         return x.T.reshape(shape)
     return x.reshape(shape)
@@ -80,7 +128,14 @@ def to_hf(x: np.ndarray, layout: str) -> np.ndarray:
         return x.reshape(-1)
     if layout == "linear":
         return x.T
+    if layout == "conv":
+        return x.T[:, None, :]
     return x
+
+
+def gated_q_to_hf(query: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    """Our q and q_gate [d, h, e] as Qwen3.5's interleaved q_proj weight [h*2e, d]."""
+    return np.stack([query, gate], axis=2).reshape(query.shape[0], -1).T
 
 
 def _tensor_files(folder: Path) -> dict[str, Path]:
@@ -107,9 +162,11 @@ def load(folder: str | Path, dtype=jnp.float32,
     """Loads a checkpoint folder.
 
     Args:
-      folder: a local Hugging Face model folder.
+      folder: a local Hugging Face model folder (text-only, or a Qwen3.5 vision-language
+        checkpoint, whose `model.language_model.*` weights are read and `model.visual.*` /
+        `mtp.*` skipped with a logged note).
       dtype: target parameter dtype.
-      place: optional (our path "layers.q", numpy array) -> device array, e.g. a
+      place: optional (our path "attn.q", numpy array) -> device array, e.g. a
         `jax.device_put` with the array's sharding; default `jnp.asarray`.
 
     Returns:
@@ -122,6 +179,10 @@ def load(folder: str | Path, dtype=jnp.float32,
     folder = Path(folder)
     cfg = read_config(folder)
     files = _tensor_files(folder)
+    prefix = VL_TEXT_PREFIX if any(n.startswith(VL_TEXT_PREFIX) for n in files) else TEXT_PREFIX
+    skipped = [n for n in files if n.startswith(SKIPPED_PREFIXES)]
+    if skipped:
+        log.info("%s: skipping %d vision / multi-token-prediction tensors", folder, len(skipped))
     place = place or (lambda path, x: jnp.asarray(x))
     handles: dict[Path, object] = {}
 
@@ -137,44 +198,52 @@ def load(folder: str | Path, dtype=jnp.float32,
                              f"expected {shape}")
         return x
 
+    def convert(name: str, shape: tuple[int, ...], layout: str) -> np.ndarray:
+        return from_hf(read(name, _hf_shape(shape, layout)), shape, layout)
+
     desc = describe(cfg, dtype)
-    params: dict = {"layers": {}}
-    for key, info in desc.items():
-        if key == "layers":
+    params: dict = {}
+    for key, (name, layout) in TOP_NAMES.items():
+        params[key] = place(key, convert(prefix + name, desc[key].shape, layout).astype(dtype))
+    if "lm_head" in desc:
+        params["lm_head"] = place("lm_head", convert(LM_HEAD, desc["lm_head"].shape, "linear")
+                                  .astype(dtype))
+    for group in ("layers", "attn", "linear"):
+        if group not in desc:
             continue
-        name, layout = TOP_NAMES[key]
-        x = read(name, _hf_shape(info.shape, layout))
-        params[key] = place(key, from_hf(x, info.shape, layout).astype(info.dtype))
-    for key, info in desc["layers"].items():
-        name, layout = LAYER_NAMES[key]
-        per_layer = info.shape[1:]
-        stacked = np.stack([
-            from_hf(read(f"model.layers.{i}.{name}", _hf_shape(per_layer, layout)), per_layer,
-                    layout).astype(info.dtype)
-            for i in range(cfg.num_layers)])
-        params["layers"][key] = place(f"layers.{key}", stacked)
+        params[group] = {}
+        for key, info in desc[group].items():
+            name, layout = names_of(cfg, group)[key]
+            stacked = np.stack([convert(f"{prefix}layers.{i}.{name}", info.shape[1:], layout)
+                                for i in layer_indices(cfg, group)]).astype(dtype)
+            params[group][key] = place(f"{group}.{key}", stacked)
     for handle in handles.values():
         handle.__exit__(None, None, None)
     return cfg, params
 
 
 def save(folder: str | Path, cfg: QwenConfig, params) -> None:
-    """Writes `config.json` and `model.safetensors` in the Hugging Face layout."""
+    """Writes `config.json` and `model.safetensors` in the Hugging Face (text model) layout."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
-    desc = describe(cfg)
-    for key in desc:
-        if key == "layers":
+    for key, (name, layout) in TOP_NAMES.items():
+        tensors[TEXT_PREFIX + name] = to_hf(np.asarray(params[key]), layout)
+    if not cfg.tie_word_embeddings:
+        tensors[LM_HEAD] = to_hf(np.asarray(params["lm_head"]), "linear")
+    for group in ("layers", "attn", "linear"):
+        if group not in params:
             continue
-        name, layout = TOP_NAMES[key]
-        tensors[name] = to_hf(np.asarray(params[key]), layout)
-    for key in desc["layers"]:
-        name, layout = LAYER_NAMES[key]
-        stacked = np.asarray(params["layers"][key])
-        for i in range(cfg.num_layers):
-            tensors[f"model.layers.{i}.{name}"] = to_hf(stacked[i], layout)
+        table = names_of(cfg, group)
+        for j, i in enumerate(layer_indices(cfg, group)):
+            for key, (name, layout) in table.items():
+                if key not in params[group] or (key in GATED_Q and cfg.attn_output_gate):
+                    continue
+                tensors[f"{TEXT_PREFIX}layers.{i}.{name}"] = to_hf(
+                    np.asarray(params[group][key][j]), layout)
+            if group == "attn" and cfg.attn_output_gate:
+                tensors[f"{TEXT_PREFIX}layers.{i}.{GATED_Q['q'][0]}"] = gated_q_to_hf(
+                    np.asarray(params["attn"]["q"][j]), np.asarray(params["attn"]["q_gate"][j]))
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, folder / SINGLE,
               metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(to_hf_config(cfg), indent=2))
-

@@ -1,4 +1,4 @@
-"""Qwen2/2.5 and Qwen3 forward pass as a pure function with an optional KV cache.
+"""Qwen2/2.5, Qwen3 and Qwen3.5 forward pass as a pure function with an optional cache.
 
 `forward(params, cfg, tokens, positions, cache) -> (logits, cache)`:
 
@@ -16,36 +16,52 @@ per kv head, e head dim, f MLP width, v vocab.
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from models.qwen.config import QwenConfig
+from models.qwen.config import FULL, QwenConfig
+from models.qwen.deltanet import gated_deltanet
 
 NEG_INF = -1e30
 
 
-class KVCache(NamedTuple):
-    """Keys and values of every layer for `s` slots, and which slots hold a real token."""
+class Cache(NamedTuple):
+    """Decoding state of every layer for `s` slots.
 
-    k: jax.Array  # [n_layers, B, S, K, E]
-    v: jax.Array  # [n_layers, B, S, K, E]
+    Full-attention layers keep keys and values per slot; Gated DeltaNet layers keep the last
+    K-1 conv inputs and their recurrent state (arrays with a leading 0 when a model has no
+    layer of that kind).
+    """
+
+    k: jax.Array  # [n_full, B, S, K, E]
+    v: jax.Array  # [n_full, B, S, K, E]
     valid: jax.Array  # bool [B, S]
     length: jax.Array  # int32 scalar: slots written so far
+    history: jax.Array  # [n_linear, B, conv_kernel - 1, conv_channels]
+    state: jax.Array  # float32 [n_linear, B, value_heads, key_dim, value_dim]
 
 
-def init_cache(cfg: QwenConfig, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+def init_cache(cfg: QwenConfig, batch: int, max_len: int, dtype=jnp.float32) -> Cache:
     """An empty cache of `max_len` slots."""
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
-                   jnp.zeros((batch, max_len), bool), jnp.zeros((), jnp.int32))
+    kv = (cfg.num_full, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    conv = (cfg.num_linear, batch, max(cfg.linear_conv_kernel - 1, 0), cfg.linear_conv_dim)
+    state = (cfg.num_linear, batch, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+             cfg.linear_value_head_dim)
+    return Cache(jnp.zeros(kv, dtype), jnp.zeros(kv, dtype), jnp.zeros((batch, max_len), bool),
+                 jnp.zeros((), jnp.int32), jnp.zeros(conv, dtype),
+                 jnp.zeros(state, jnp.float32))
 
 
-def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
-    """`weight * x / sqrt(mean(x^2) + eps)` over the last axis, computed in float32."""
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float, plus_one: bool = False) -> jax.Array:
+    """`w * x / sqrt(mean(x^2) + eps)` over the last axis in float32; w = 1 + weight if
+    `plus_one` (Qwen3.5's zero-initialised norms)."""
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    if plus_one:
+        return (normed * (1.0 + weight.astype(jnp.float32))).astype(x.dtype)
     return (weight * normed.astype(x.dtype)).astype(x.dtype)
 
 
@@ -60,11 +76,14 @@ def rotary(cfg: QwenConfig, positions: jax.Array, dim: int) -> tuple[jax.Array, 
 
 
 def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotates the two halves of the head dim ("rotate_half" convention) of x [B, L, H, E]."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    """Rotates the first 2 * cos.shape[-1] dims of each head of x [B, L, H, E] ("rotate_half"
+    convention); the rest pass through (partial rotary)."""
+    half = cos.shape[-1]
+    x1 = x[..., :half].astype(jnp.float32)
+    x2 = x[..., half:2 * half].astype(jnp.float32)
     cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return jnp.concatenate([rotated.astype(x.dtype), x[..., 2 * half:]], axis=-1)
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
@@ -92,75 +111,116 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
     return out.reshape(b, l, h, e)
 
 
-def _layer(cfg: QwenConfig, x, w, cos, sin, q_slots, valid, cache_kv, length):
+def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, kv, length):
+    """A full-attention mixer on normalised input h [B, L, D]; returns (output, new (k, v))."""
     eps = cfg.rms_norm_eps
-    h = rms_norm(x, w["attn_norm"], eps)
     q = jnp.einsum("bld,dhe->blhe", h, w["q"])
     k = jnp.einsum("bld,dke->blke", h, w["k"])
     v = jnp.einsum("bld,dke->blke", h, w["v"])
     if "q_bias" in w:
         q, k, v = q + w["q_bias"], k + w["k_bias"], v + w["v_bias"]
     if cfg.qk_norm:
-        q, k = rms_norm(q, w["q_norm"], eps), rms_norm(k, w["k_norm"], eps)
+        q = rms_norm(q, w["q_norm"], eps, cfg.norm_plus_one)
+        k = rms_norm(k, w["k_norm"], eps, cfg.norm_plus_one)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    if cache_kv is None:
+    if kv is None:
         keys, values, new_kv = k, v, None
     else:
-        keys = jax.lax.dynamic_update_slice_in_dim(cache_kv[0], k.astype(cache_kv[0].dtype),
-                                                   length, axis=1)
-        values = jax.lax.dynamic_update_slice_in_dim(cache_kv[1], v.astype(cache_kv[1].dtype),
-                                                     length, axis=1)
+        keys = jax.lax.dynamic_update_slice_in_dim(kv[0], k.astype(kv[0].dtype), length, axis=1)
+        values = jax.lax.dynamic_update_slice_in_dim(kv[1], v.astype(kv[1].dtype), length, axis=1)
         new_kv = (keys, values)
-    attn = attention(q, keys.astype(q.dtype), values.astype(q.dtype), q_slots, valid)
-    out = jnp.einsum("blhe,hed->bld", attn, w["o"])
-    if "o_bias" in w:
-        out = out + w["o_bias"]
-    x = x + out
-    h = rms_norm(x, w["mlp_norm"], eps)
-    mlp = jax.nn.silu(h @ w["gate"]) * (h @ w["up"])
-    return x + mlp @ w["down"], new_kv
+    out = attention(q, keys.astype(q.dtype), values.astype(q.dtype), q_slots, valid)
+    if cfg.attn_output_gate:
+        out = out * jax.nn.sigmoid(jnp.einsum("bld,dhe->blhe", h, w["q_gate"]))
+    out = jnp.einsum("blhe,hed->bld", out, w["o"])
+    return (out + w["o_bias"] if "o_bias" in w else out), new_kv
+
+
+def _tiles(tree, count: int):
+    """Reshapes stacked [n, ...] leaves to [count, n / count, ...]."""
+    return jax.tree.map(lambda x: x.reshape(count, x.shape[0] // count, *x.shape[1:]), tree)
+
+
+def _untile(tree):
+    return jax.tree.map(lambda x: x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]), tree)
 
 
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
-            cache: KVCache | None = None) -> tuple[jax.Array, KVCache | None]:
+            cache: Cache | None = None, use_chunks: bool | None = None
+            ) -> tuple[jax.Array, Cache | None]:
     """Logits of every token, and the updated cache.
+
+    Layers are scanned in tiles of `cfg.pattern` (one layer for Qwen2/3, e.g. three DeltaNet
+    layers and one full-attention layer for Qwen3.5), each tile unrolled.
 
     Args:
       params: the params pytree of `models.qwen.params.describe(cfg)`.
       cfg: QwenConfig (static under jit).
       tokens: int32 [B, L] token ids.
       positions: int32 [B, L] rotary positions, -1 on padding.
-      cache: None, or a KVCache with at least `length + L` slots.
+      cache: None, or a Cache with at least `length + L` slots.
+      use_chunks: DeltaNet form (None: chunked for L >= 64).
 
     Returns:
       (float32 logits [B, L, V], the cache with these tokens written, or None).
     """
-    l = tokens.shape[1]
+    batch, l = tokens.shape
     x = params["embed"][tokens]
-    cos, sin = rotary(cfg, positions, cfg.head_dim)
+    cos, sin = rotary(cfg, positions, cfg.rotary_dim)
+    token_valid = positions >= 0
     if cache is None:
-        q_slots = jnp.arange(l)
-        valid = positions >= 0
-        length = jnp.zeros((), jnp.int32)
+        q_slots, valid, length = jnp.arange(l), token_valid, jnp.zeros((), jnp.int32)
+        fresh = init_cache(cfg, batch, 0, x.dtype)
+        history, state = fresh.history, fresh.state
     else:
         q_slots = cache.length + jnp.arange(l)
-        valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, positions >= 0, cache.length,
+        valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, token_valid, cache.length,
                                                     axis=1)
-        length = cache.length
+        length, history, state = cache.length, cache.history, cache.state
 
-    def body(x, layer):
-        w, kv = layer
-        x, new_kv = _layer(cfg, x, w, cos, sin, q_slots, valid, kv, length)
-        return x, new_kv
+    pattern = cfg.pattern
+    tiles = cfg.num_layers // len(pattern)
+    kv = None if cache is None else (cache.k, cache.v)
+    xs = (_tiles(params["layers"], tiles), _tiles(params["attn"], tiles),
+          _tiles(params.get("linear", {}), tiles), None if kv is None else _tiles(kv, tiles),
+          _tiles((history, state), tiles))
 
-    kv_in = None if cache is None else (cache.k, cache.v)
-    x, kv_out = jax.lax.scan(body, x, (params["layers"], kv_in))
-    x = rms_norm(x, params["norm"], cfg.rms_norm_eps)
+    def tile(x, xs):
+        common, attn, linear, kv, (history, state) = xs
+        new_kv, new_history, new_state = [], [], []
+        for i, kind in enumerate(pattern):
+            h = rms_norm(x, common["attn_norm"][i], cfg.rms_norm_eps, cfg.norm_plus_one)
+            if kind == FULL:
+                j = len(new_kv)
+                w = jax.tree.map(operator.itemgetter(j), attn)
+                layer_kv = None if kv is None else (kv[0][j], kv[1][j])
+                out, layer_kv = full_attention(cfg, h, w, cos, sin, q_slots, valid, layer_kv,
+                                               length)
+                new_kv.append(layer_kv)
+            else:
+                j = len(new_history)
+                w = jax.tree.map(operator.itemgetter(j), linear)
+                out, layer_history, layer_state = gated_deltanet(
+                    cfg, h, w, token_valid, history[j], state[j], use_chunks)
+                new_history.append(layer_history)
+                new_state.append(layer_state)
+            x = x + out
+            h = rms_norm(x, common["mlp_norm"][i], cfg.rms_norm_eps, cfg.norm_plus_one)
+            x = x + (jax.nn.silu(h @ common["gate"][i]) * (h @ common["up"][i])) @ common["down"][i]
+        stacked_kv = None if kv is None else tuple(
+            jnp.stack([pair[n] for pair in new_kv]) if new_kv else kv[n] for n in (0, 1))
+        recurrent = tuple(jnp.stack(parts) if parts else old for parts, old in
+                          ((new_history, history), (new_state, state)))
+        return x, (stacked_kv, recurrent)
+
+    x, (kv_out, (history, state)) = jax.lax.scan(tile, x, xs)
+    x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
     head = params["embed"].T if cfg.tie_word_embeddings else params["lm_head"]
     logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
     if cache is None:
         return logits, None
-    return logits, KVCache(kv_out[0], kv_out[1], valid, cache.length + l)
+    k, v = _untile(kv_out)
+    return logits, Cache(k, v, valid, cache.length + l, _untile(history), _untile(state))
 
 
 def positions_from_mask(mask: jax.Array) -> jax.Array:

@@ -1,11 +1,12 @@
 """Description of every weight: shape, dtype and logical axes; `init` and `abstract` follow.
 
-Parameters are a two-level dict: top-level weights (`embed`, `norm`, `lm_head`) and `layers`,
-whose arrays are stacked over a leading `layers` axis so the forward pass scans over layers
-(one compiled layer body whatever the depth). Matrices are stored input-major (`x @ w`), with
+Parameters are a two-level dict: top-level weights (`embed`, `norm`, `lm_head`) and groups of
+per-layer weights stacked over a leading `layers` axis, so the forward pass scans over layers
+(one compiled body whatever the depth). Matrices are stored input-major (`x @ w`), with
 attention heads as their own axis, so sharding rules can name them.
 
-Logical axes: layers, vocab, embed (d), q_heads (h), kv_heads (k), head_dim (e), mlp (f).
+Logical axes: layers, vocab, embed (d), q_heads (h), kv_heads (k), head_dim (e), mlp (f);
+Gated DeltaNet: v_heads, v_dim, conv_channels, conv_kernel.
 """
 
 from __future__ import annotations
@@ -36,38 +37,64 @@ Description = dict  # {"embed": ArrayInfo, ..., "layers": {"q": ArrayInfo, ...}}
 
 
 def describe(cfg: QwenConfig, dtype=jnp.float32) -> Description:
-    """Every parameter of `cfg` as an ArrayInfo, in the nesting of the params pytree."""
+    """Every parameter of `cfg` as an ArrayInfo, in the nesting of the params pytree.
+
+    `layers` holds what every layer has (norms, MLP), stacked over all layers; `attn` the full
+    attention weights stacked over the full-attention layers; `linear` the Gated DeltaNet weights
+    stacked over the linear-attention layers (Qwen3.5 only).
+    """
     n, d, f, v = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    norm_init = "zeros" if cfg.norm_plus_one else "ones"
 
     def info(shape, axes, init="normal"):
         return ArrayInfo(tuple(shape), jnp.dtype(dtype), tuple(axes), init)
 
     layers = {
-        "attn_norm": info((n, d), ("layers", "embed"), "ones"),
-        "q": info((n, d, h, e), ("layers", "embed", "q_heads", "head_dim")),
-        "k": info((n, d, k, e), ("layers", "embed", "kv_heads", "head_dim")),
-        "v": info((n, d, k, e), ("layers", "embed", "kv_heads", "head_dim")),
-        "o": info((n, h, e, d), ("layers", "q_heads", "head_dim", "embed")),
-        "mlp_norm": info((n, d), ("layers", "embed"), "ones"),
+        "attn_norm": info((n, d), ("layers", "embed"), norm_init),
+        "mlp_norm": info((n, d), ("layers", "embed"), norm_init),
         "gate": info((n, d, f), ("layers", "embed", "mlp")),
         "up": info((n, d, f), ("layers", "embed", "mlp")),
         "down": info((n, f, d), ("layers", "mlp", "embed")),
     }
+    m = cfg.num_full
+    attn = {
+        "q": info((m, d, h, e), ("layers", "embed", "q_heads", "head_dim")),
+        "k": info((m, d, k, e), ("layers", "embed", "kv_heads", "head_dim")),
+        "v": info((m, d, k, e), ("layers", "embed", "kv_heads", "head_dim")),
+        "o": info((m, h, e, d), ("layers", "q_heads", "head_dim", "embed")),
+    }
+    if cfg.attn_output_gate:
+        attn["q_gate"] = info((m, d, h, e), ("layers", "embed", "q_heads", "head_dim"))
     if cfg.qkv_bias or cfg.attention_bias:
-        layers["q_bias"] = info((n, h, e), ("layers", "q_heads", "head_dim"), "zeros")
-        layers["k_bias"] = info((n, k, e), ("layers", "kv_heads", "head_dim"), "zeros")
-        layers["v_bias"] = info((n, k, e), ("layers", "kv_heads", "head_dim"), "zeros")
+        attn["q_bias"] = info((m, h, e), ("layers", "q_heads", "head_dim"), "zeros")
+        attn["k_bias"] = info((m, k, e), ("layers", "kv_heads", "head_dim"), "zeros")
+        attn["v_bias"] = info((m, k, e), ("layers", "kv_heads", "head_dim"), "zeros")
     if cfg.attention_bias:
-        layers["o_bias"] = info((n, d), ("layers", "embed"), "zeros")
+        attn["o_bias"] = info((m, d), ("layers", "embed"), "zeros")
     if cfg.qk_norm:
-        layers["q_norm"] = info((n, e), ("layers", "head_dim"), "ones")
-        layers["k_norm"] = info((n, e), ("layers", "head_dim"), "ones")
+        attn["q_norm"] = info((m, e), ("layers", "head_dim"), norm_init)
+        attn["k_norm"] = info((m, e), ("layers", "head_dim"), norm_init)
     params = {
         "embed": info((v, d), ("vocab", "embed")),
-        "norm": info((d,), ("embed",), "ones"),
+        "norm": info((d,), ("embed",), norm_init),
         "layers": layers,
+        "attn": attn,
     }
+    if cfg.num_linear:
+        r, c, kernel = cfg.num_linear, cfg.linear_conv_dim, cfg.linear_conv_kernel
+        hv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
+        params["linear"] = {
+            "qkv": info((r, d, c), ("layers", "embed", "conv_channels")),
+            "z": info((r, d, hv, dv), ("layers", "embed", "v_heads", "v_dim")),
+            "b": info((r, d, hv), ("layers", "embed", "v_heads")),
+            "a": info((r, d, hv), ("layers", "embed", "v_heads")),
+            "conv": info((r, kernel, c), ("layers", "conv_kernel", "conv_channels")),
+            "dt_bias": info((r, hv), ("layers", "v_heads"), "ones"),
+            "A_log": info((r, hv), ("layers", "v_heads"), "zeros"),
+            "norm": info((r, dv), ("layers", "v_dim"), "ones"),
+            "out": info((r, hv, dv, d), ("layers", "v_heads", "v_dim", "embed")),
+        }
     if not cfg.tie_word_embeddings:
         params["lm_head"] = info((d, v), ("embed", "vocab"))
     return params

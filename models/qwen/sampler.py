@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from models.qwen.config import QwenConfig
-from models.qwen.model import KVCache, forward
+from models.qwen.model import Cache, forward
 
 
 class Sampled(NamedTuple):
@@ -31,7 +31,7 @@ class Sampled(NamedTuple):
     tokens: jax.Array  # int32 [B, N] generated tokens, `pad_id` after a row finished
     logprobs: jax.Array  # float32 [B, N], 0 after a row finished
     lengths: jax.Array  # int32 [B] generated tokens per row, stop token included
-    cache: KVCache  # with prompt and generated tokens written
+    cache: Cache  # with prompt and generated tokens written
     next_positions: jax.Array  # int32 [B] rotary position of each row's next token
 
 
@@ -71,13 +71,13 @@ class _Loop(NamedTuple):
     last: jax.Array  # int32 [B] latest token
     pending: jax.Array  # bool [B]: `last` is a real token not yet written to the cache
     pos: jax.Array  # int32 [B] rotary position of `last`
-    cache: KVCache
+    cache: Cache
     key: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_tokens"), donate_argnames=("cache",))
 def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
-             cache: KVCache, key: jax.Array, *, max_tokens: int,
+             cache: Cache, key: jax.Array, *, max_tokens: int,
              max_new_tokens: jax.Array, stop_tokens: jax.Array,
              temperature: jax.Array = 1.0, top_k: jax.Array = 0, top_p: jax.Array = 1.0,
              pad_id: int | jax.Array = 0) -> Sampled:
@@ -87,7 +87,7 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
       params, cfg: the model.
       prompt: int32 [B, P] new tokens to prefill (left-padded).
       prompt_positions: int32 [B, P] their rotary positions, -1 on padding.
-      cache: a KVCache with room for P + max_tokens more slots (donated).
+      cache: a Cache with room for P + max_tokens more slots (donated).
       key: PRNG key.
       max_tokens: N, static size of the output buffers.
       max_new_tokens: int32 scalar <= N, the budget of this call.

@@ -26,11 +26,13 @@ Rules = Mapping[str, str | None]
 LEARNER_RULES: Rules = {
     "layers": None, "vocab": "model", "embed": "data", "q_heads": "model",
     "kv_heads": "model", "head_dim": None, "mlp": "model",
+    "v_heads": "model", "v_dim": None, "conv_channels": None, "conv_kernel": None,
 }
 # Sampler: tensor parallel only, so decoding never gathers weights across the batch axis.
 SAMPLER_RULES: Rules = {
     "layers": None, "vocab": "model", "embed": None, "q_heads": "model",
     "kv_heads": "model", "head_dim": None, "mlp": "model",
+    "v_heads": "model", "v_dim": None, "conv_channels": None, "conv_kernel": None,
 }
 
 

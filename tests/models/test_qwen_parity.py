@@ -109,7 +109,7 @@ def test_save_round_trip_loads_in_transformers(tiny, tmp_path):
 def test_bf16_params_stay_close(tiny):
     model, cfg, _, folder = tiny
     _, params = qwen.load(folder, dtype=jnp.bfloat16)
-    assert params["layers"]["q"].dtype == jnp.bfloat16
+    assert params["attn"]["q"].dtype == jnp.bfloat16
     tokens = tokens_for(cfg, (1, 8), seed=4)
     ours, _ = forward(params, cfg, tokens, np.arange(8, dtype=np.int32)[None])
     assert ours.dtype == jnp.float32

@@ -39,9 +39,9 @@ def test_sharded_forward_equals_unsharded(setup, rules):
     sharded = jax.device_put(params, param_shardings(CFG, mesh, rules))
     placement = describe_placement(sharded)
     # q [layers, d, h, e]: heads split 4 ways (and d 2 ways for the learner); not a no-op
-    assert placement["layers.q"].endswith("(2, 32, 1, 16)" if rules is LEARNER_RULES
+    assert placement["attn.q"].endswith("(2, 32, 1, 16)" if rules is LEARNER_RULES
                                           else "(2, 64, 1, 16)")
-    assert placement["layers.k"].endswith("(2, 32, 2, 16)" if rules is LEARNER_RULES
+    assert placement["attn.k"].endswith("(2, 32, 2, 16)" if rules is LEARNER_RULES
                                           else "(2, 64, 2, 16)")  # 2 kv heads: replicated
     tokens_s, positions_s = shard_batch(mesh, tokens, positions)
     logits, _ = jax.jit(qwen.forward, static_argnums=1)(sharded, CFG, tokens_s, positions_s)
