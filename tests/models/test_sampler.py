@@ -11,18 +11,19 @@ import transformers
 
 from models import qwen
 from models.qwen.sampler import generate
-from tests.models.test_qwen_parity import TINY, randomise
+from tests.models.test_qwen_parity import CONFIGS, TINY, randomise
 
 MAX_TOKENS = 8
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+def tiny(request, tmp_path_factory):
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(
-        transformers.Qwen3Config(**TINY, head_dim=16)).eval()
+    config = (transformers.Qwen3Config(**TINY, head_dim=16) if request.param == "qwen3"
+              else CONFIGS["qwen3_5"]())
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
     randomise(model, seed=7)
-    folder = tmp_path_factory.mktemp("sampler")
+    folder = tmp_path_factory.mktemp(request.param)
     model.save_pretrained(folder)
     cfg, params = qwen.load(folder)
     return model, cfg, params
