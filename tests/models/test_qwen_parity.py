@@ -181,7 +181,7 @@ def test_qwen3_5_vision_language_layout_loads_the_language_model(hybrid, tmp_pat
     tensors present but skipped, the text config nested under text_config."""
     from safetensors.numpy import load_file, save_file
 
-    model, cfg, params, folder = hybrid
+    _, cfg, params, folder = hybrid
     tensors = load_file(folder / "model.safetensors")
     renamed = {(k.replace("model.", "model.language_model.", 1) if k.startswith("model.")
                 else k): v for k, v in tensors.items()}

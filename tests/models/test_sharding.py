@@ -49,6 +49,28 @@ def test_sharded_forward_equals_unsharded(setup, rules):
     np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-5)
 
 
+def test_hybrid_model_sharded_forward_equals_unsharded():
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices")
+    cfg = qwen.QwenConfig(
+        model_type="qwen3_5", vocab_size=128, hidden_size=64, intermediate_size=96, num_layers=2,
+        num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True, partial_rotary_factor=0.5,
+        attn_output_gate=True, norm_plus_one=True, layer_types=("linear_attention",
+                                                                "full_attention"),
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=8, linear_conv_kernel=4)
+    params = qwen.init(cfg, jax.random.key(1), scale=0.1)
+    tokens = np.random.default_rng(1).integers(0, 128, (4, 10)).astype(np.int32)
+    positions = np.broadcast_to(np.arange(10), (4, 10)).astype(np.int32)
+    run = jax.jit(qwen.forward, static_argnums=1)
+    expected, _ = run(params, cfg, tokens, positions)
+    mesh = make_mesh(data=2, model=4)
+    sharded = jax.device_put(params, param_shardings(cfg, mesh, LEARNER_RULES))
+    assert describe_placement(sharded)["linear.z"].endswith("(1, 32, 1, 8)")
+    logits, _ = run(sharded, cfg, *shard_batch(mesh, tokens, positions))
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-5)
+
+
 def test_collisions_and_unknown_axes_are_errors():
     mesh = make_mesh(data=2, model=4)
     info = qwen.describe(CFG)["layers"]["gate"]  # axes (layers, embed, mlp)
