@@ -1,5 +1,5 @@
 """Qwen LLMs as pure functions over parameter pytrees (`models.qwen`).
 
-Qwen2/2.5 and Qwen3 are implemented; Qwen3.5 (Gated DeltaNet), the tokenizer/chat template,
-the sampler and sharding rules are planned (see README, "Status").
+Qwen2/2.5, Qwen3 and Qwen3.5 (hybrid Gated DeltaNet) with Hugging Face checkpoints, a KV-cache
+sampler, sharding rules, and agent conversations rendered with the model's chat template.
 """

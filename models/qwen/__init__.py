@@ -1,4 +1,5 @@
-"""Qwen2/2.5 and Qwen3 text models: config, parameter description, forward pass, checkpoints."""
+"""Qwen2/2.5, Qwen3 and Qwen3.5 text models: config, parameter description, forward pass,
+checkpoints, sampler, sharding rules, tokenizer and chat rendering."""
 
 from models.qwen.checkpoint import load, read_config, save
 from models.qwen.config import QwenConfig, from_hf_config, to_hf_config
