@@ -88,7 +88,7 @@ def test_episode_ending_on_an_action_has_one_observation_less(qwen3_tokenizer):
 
 
 def test_bad_tokenizer_folders(tmp_path, trained_tokenizer):
-    with pytest.raises(FileNotFoundError, match="no tokenizer.json"):
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer\.json"):
         chat.load_tokenizer(tmp_path)
     trained_tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
     messages = chat.agent_messages("sys", "task", ACTIONS[:1], OBSERVATIONS[:1])
