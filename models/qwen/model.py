@@ -146,8 +146,8 @@ def _untile(tree):
 
 
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
-            cache: Cache | None = None, use_chunks: bool | None = None
-            ) -> tuple[jax.Array, Cache | None]:
+            cache: Cache | None = None, use_chunks: bool | None = None,
+            last_only: bool = False) -> tuple[jax.Array, Cache | None]:
     """Logits of every token, and the updated cache.
 
     Layers are scanned in tiles of `cfg.pattern` (one layer for Qwen2/3, e.g. three DeltaNet
@@ -160,6 +160,7 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
       positions: int32 [B, L] rotary positions, -1 on padding.
       cache: None, or a Cache with at least `length + L` slots.
       use_chunks: DeltaNet form (None: chunked for L >= 64).
+      last_only: compute logits for the last position only ([B, 1, V]), as sampling needs.
 
     Returns:
       (float32 logits [B, L, V], the cache with these tokens written, or None).
@@ -214,6 +215,8 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
         return x, (stacked_kv, recurrent)
 
     x, (kv_out, (history, state)) = jax.lax.scan(tile, x, xs)
+    if last_only:
+        x = x[:, -1:]
     x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
     head = params["embed"].T if cfg.tie_word_embeddings else params["lm_head"]
     logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)

@@ -100,7 +100,7 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
     """
     batch = prompt.shape[0]
     budget = jnp.minimum(max_new_tokens, max_tokens)
-    logits, cache = forward(params, cfg, prompt, prompt_positions, cache)
+    logits, cache = forward(params, cfg, prompt, prompt_positions, cache, last_only=True)
     key, first_key = jax.random.split(key)
     token, logprob = sample_token(logits[:, -1], first_key, temperature, top_k, top_p)
     state = _Loop(
