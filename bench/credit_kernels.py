@@ -17,7 +17,6 @@ Prints a table, writes bench/results/credit_kernels.json and updates bench/RESUL
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -33,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import report  # noqa: E402
 from prover_jax import credit  # noqa: E402
 from tests import reference as ref  # noqa: E402
 from vict_jax import redistribute  # noqa: E402
@@ -213,20 +213,6 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def update_results_md(text: str, machine: str) -> None:
-    path = ROOT / "bench" / "RESULTS.md"
-    begin, end = "<!-- credit_kernels:begin -->", "<!-- credit_kernels:end -->"
-    section = (f"{begin}\n## Credit kernels (`bench/credit_kernels.py`)\n\n"
-               f"Machine: {machine}.\n\n{text}\n{end}")
-    current = path.read_text() if path.exists() else "# Benchmark results\n"
-    if begin in current:
-        head, rest = current.split(begin, 1)
-        current = head + section + rest.split(end, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(current)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 32768])
@@ -241,10 +227,8 @@ def main() -> None:
         return
     machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
                f"jax {jax.__version__} on {jax.default_backend()}")
-    out = ROOT / "bench" / "results" / "credit_kernels.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
-    update_results_md(text, machine)
+    report.write("credit_kernels", "Credit kernels (`bench/credit_kernels.py`)", machine, text,
+                 results)
 
 
 if __name__ == "__main__":

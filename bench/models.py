@@ -143,8 +143,8 @@ def run(families) -> list[dict]:
 
 
 def table(rows) -> str:
-    lines = ["| family | params | phase | ours tok/s | transformers tok/s | speedup | "
-             "ours peak MiB | transformers peak MiB |",
+    lines = [("| family | params | phase | ours tok/s | transformers tok/s | speedup | "
+              "ours peak MiB | transformers peak MiB |"),
              "|---|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['family']} | {r['params_m']:.0f}M | {r['phase']} | "
@@ -152,22 +152,6 @@ def table(rows) -> str:
                      f"{r['speedup']:.2f}x | {r['ours']['peak_mib']:.0f} | "
                      f"{r['transformers']['peak_mib']:.0f} |")
     return "\n".join(lines)
-
-
-def update_results_md(text: str, machine: str) -> None:
-    path = ROOT / "bench" / "RESULTS.md"
-    begin, end = "<!-- models:begin -->", "<!-- models:end -->"
-    setup = (f"Batch {BATCH}; prefill {PREFILL_LEN} tokens per row; decode {NEW_TOKENS} greedy "
-             f"tokens after a {PROMPT_LEN}-token prompt; fp32.")
-    section = (f"{begin}\n## Models (`bench/models.py`)\n\nMachine: {machine}. {setup}\n\n"
-               f"{text}\n{end}")
-    current = path.read_text()
-    if begin in current:
-        head, rest = current.split(begin, 1)
-        current = head + section + rest.split(end, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(current)
 
 
 def main() -> None:
@@ -188,11 +172,13 @@ def main() -> None:
     import jax
     import torch
 
+    sys.path.insert(0, str(ROOT))
+    from bench import report
+
     machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, jax {jax.__version__}, "
-               f"torch {torch.__version__}")
-    out = ROOT / "bench" / "results" / "models.json"
-    out.write_text(json.dumps({"machine": machine, "results": rows}, indent=1))
-    update_results_md(text, machine)
+               f"torch {torch.__version__}; batch {BATCH}, prefill {PREFILL_LEN} tokens per "
+               f"row, decode {NEW_TOKENS} greedy tokens after a {PROMPT_LEN}-token prompt, fp32")
+    report.write("models", "Models (`bench/models.py`)", machine, text, rows)
 
 
 if __name__ == "__main__":
