@@ -62,12 +62,17 @@ def tokens_for(cfg, shape, seed=0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, cfg.vocab_size, shape).astype(np.int32)
 
 
-def test_full_sequence_logits_match(tiny):
-    model, cfg, params, _ = tiny
-    tokens = tokens_for(cfg, (2, 12))
-    positions = np.broadcast_to(np.arange(12), (2, 12)).astype(np.int32)
+def assert_logits_match(model, cfg, params, length: int, seed: int) -> None:
+    """Full-sequence fp32 logits of a [2, length] batch agree with transformers to 1e-4."""
+    tokens = tokens_for(cfg, (2, length), seed)
+    positions = np.broadcast_to(np.arange(length), (2, length)).astype(np.int32)
     ours, _ = forward(params, cfg, tokens, positions)
     np.testing.assert_allclose(ours, hf_logits(model, tokens), atol=1e-4, rtol=0)
+
+
+def test_full_sequence_logits_match(tiny):
+    model, cfg, params, _ = tiny
+    assert_logits_match(model, cfg, params, length=12, seed=0)
 
 
 def test_left_padded_batch_equals_unpadded_rows(tiny):
@@ -111,6 +116,21 @@ def test_save_round_trip_loads_in_transformers(tiny, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, params2, params)
 
 
+def test_sharded_checkpoint_with_index_and_placement(tiny, tmp_path):
+    model, cfg, params, _ = tiny
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    placed = []
+
+    def place(path, array):
+        placed.append(path)
+        return jax.device_put(array, jax.devices()[0])
+
+    cfg2, params2 = qwen.load(tmp_path, place=place)
+    assert cfg2 == cfg and "attn.q" in placed and "layers.gate" in placed
+    jax.tree.map(np.testing.assert_array_equal, params2, params)
+
+
 def test_bf16_params_stay_close(tiny):
     model, cfg, _, folder = tiny
     _, params = qwen.load(folder, dtype=jnp.bfloat16)
@@ -135,10 +155,7 @@ def hybrid(tmp_path_factory):
 
 def test_qwen3_5_long_sequence_uses_chunks_and_matches(hybrid):
     model, cfg, params, _ = hybrid
-    tokens = tokens_for(cfg, (2, 150), seed=5)  # 3 DeltaNet chunks of 64
-    positions = np.broadcast_to(np.arange(150), (2, 150)).astype(np.int32)
-    ours, _ = forward(params, cfg, tokens, positions)
-    np.testing.assert_allclose(ours, hf_logits(model, tokens), atol=1e-4, rtol=0)
+    assert_logits_match(model, cfg, params, length=150, seed=5)  # 3 DeltaNet chunks of 64
 
 
 def test_deltanet_chunked_equals_recurrent(hybrid):
