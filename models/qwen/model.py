@@ -86,18 +86,24 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return jnp.concatenate([rotated.astype(x.dtype), x[..., 2 * half:]], axis=-1)
 
 
+ATTENTION_BLOCK = 256
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
-              k_valid: jax.Array) -> jax.Array:
-    """Grouped-query causal attention.
+              k_valid: jax.Array, block: int = ATTENTION_BLOCK) -> jax.Array:
+    """Grouped-query causal attention; blocked (`blocked_attention`) beyond `block` queries.
 
     Args:
       q: [B, L, H, E] queries at cache slots `q_slots` [L].
       k, v: [B, S, K, E] keys/values at slots 0..S-1.
       k_valid: bool [B, S] slots holding a real token.
+      block: query count above which the blocked form is used, and its block size.
 
     Returns:
       [B, L, H, E].
     """
+    if q.shape[1] > block:
+        return blocked_attention(q, k, v, q_slots, k_valid, block)
     b, l, h, e = q.shape
     kv_heads = k.shape[2]
     q = q.reshape(b, l, kv_heads, h // kv_heads, e)
@@ -109,6 +115,55 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgls,bske->blkge", probs, v)
     return out.reshape(b, l, h, e)
+
+
+def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
+                      k_valid: jax.Array, block: int) -> jax.Array:
+    """`attention` one block of queries at a time with an online softmax over key blocks.
+
+    Memory is O(L * block) instead of O(L * S), and each query block visits only the key
+    blocks up to its last slot, skipping the causally masked part. Same arguments as
+    `attention`.
+    """
+    b, l, h, e = q.shape
+    s, kv_heads = k.shape[1], k.shape[2]
+    n_q, n_k = -(-l // block), -(-s // block)
+    q = jnp.pad(q, [(0, 0), (0, n_q * block - l), (0, 0), (0, 0)])
+    q = q.reshape(b, n_q, block, kv_heads, h // kv_heads, e) * (e ** -0.5)
+    q_slots = jnp.pad(q_slots, (0, n_q * block - l), mode="edge").reshape(n_q, block)
+    pad_k = [(0, 0), (0, n_k * block - s), (0, 0), (0, 0)]
+    k = jnp.pad(k, pad_k).reshape(b, n_k, block, kv_heads, e)
+    v = jnp.pad(v, pad_k).reshape(b, n_k, block, kv_heads, e)
+    k_valid = jnp.pad(k_valid, [(0, 0), (0, n_k * block - s)]).reshape(b, n_k, block)
+
+    def query_block(i):
+        qi, slots = q[:, i], q_slots[i]
+
+        def key_block(j, carry):
+            top, total, acc = carry  # running max, softmax mass, weighted values
+            scores = jnp.einsum("bqkge,bske->bkgqs", qi, k[:, j],
+                                preferred_element_type=jnp.float32)
+            key_slots = j * block + jnp.arange(block)
+            mask = (key_slots[None, :] <= slots[:, None])[None] & k_valid[:, j][:, None, :]
+            scores = jnp.where(mask[:, None, None], scores, NEG_INF)
+            new_top = jnp.maximum(top, scores.max(axis=-1))
+            probs = jnp.exp(scores - new_top[..., None])
+            rescale = jnp.exp(top - new_top)
+            acc = acc * rescale[..., None] + jnp.einsum(
+                "bkgqs,bske->bkgqe", probs.astype(v.dtype), v[:, j],
+                preferred_element_type=jnp.float32)
+            return new_top, total * rescale + probs.sum(axis=-1), acc
+
+        shape = (b, kv_heads, h // kv_heads, block)
+        init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
+                jnp.zeros((*shape, e), jnp.float32))
+        last = jnp.minimum(jnp.max(slots) // block, n_k - 1)
+        _, total, acc = jax.lax.fori_loop(0, last + 1, key_block, init)
+        out = acc / total[..., None]  # [b, k, g, block, e]
+        return jnp.moveaxis(out, 3, 1).reshape(b, block, h, e).astype(q.dtype)
+
+    out = jax.lax.map(query_block, jnp.arange(n_q))  # [n_q, b, block, h, e]
+    return jnp.moveaxis(out, 0, 1).reshape(b, n_q * block, h, e)[:, :l]
 
 
 def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, kv, length):
