@@ -9,6 +9,7 @@ shardings. Saving writes a folder `transformers` loads back (`from_pretrained`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -184,20 +185,29 @@ def load(folder: str | Path, dtype=jnp.float32,
     if skipped:
         log.info("%s: skipping %d vision / multi-token-prediction tensors", folder, len(skipped))
     place = place or (lambda path, x: jnp.asarray(x))
-    handles: dict[Path, object] = {}
+    with contextlib.ExitStack() as stack:
+        handles: dict[Path, object] = {}
 
-    def read(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if name not in files:
-            raise ValueError(f"{folder}: tensor {name!r} is missing from the checkpoint")
-        file = files[name]
-        if file not in handles:
-            handles[file] = safe_open(file, framework="numpy").__enter__()
-        x = handles[file].get_tensor(name)
-        if tuple(x.shape) != shape:
-            raise ValueError(f"{file.name}: tensor {name!r} has shape {tuple(x.shape)}, "
-                             f"expected {shape}")
-        return x
+        def read(name: str, shape: tuple[int, ...]) -> np.ndarray:
+            if name not in files:
+                raise ValueError(f"{folder}: tensor {name!r} is missing from the checkpoint")
+            file = files[name]
+            if file not in handles:
+                handles[file] = stack.enter_context(safe_open(file, framework="numpy"))
+            return _checked(file, name, handles[file].get_tensor(name), shape)
 
+        return cfg, _read_params(cfg, dtype, prefix, read, place)
+
+
+def _checked(file: Path, name: str, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{file.name}: tensor {name!r} has shape {tuple(x.shape)}, "
+                         f"expected {shape}")
+    return x
+
+
+def _read_params(cfg: QwenConfig, dtype, prefix: str, read, place):
+    """The params pytree from `read(hf_name, hf_shape)`, converted and placed."""
     def convert(name: str, shape: tuple[int, ...], layout: str) -> np.ndarray:
         return from_hf(read(name, _hf_shape(shape, layout)), shape, layout)
 
@@ -217,9 +227,7 @@ def load(folder: str | Path, dtype=jnp.float32,
             stacked = np.stack([convert(f"{prefix}layers.{i}.{name}", info.shape[1:], layout)
                                 for i in layer_indices(cfg, group)]).astype(dtype)
             params[group][key] = place(f"{group}.{key}", stacked)
-    for handle in handles.values():
-        handle.__exit__(None, None, None)
-    return cfg, params
+    return params
 
 
 def save(folder: str | Path, cfg: QwenConfig, params) -> None:
@@ -246,4 +254,5 @@ def save(folder: str | Path, cfg: QwenConfig, params) -> None:
                     np.asarray(params["attn"]["q"][j]), np.asarray(params["attn"]["q_gate"][j]))
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, folder / SINGLE,
               metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(to_hf_config(cfg), indent=2))
+    hf_config = {**to_hf_config(cfg), "torch_dtype": str(np.asarray(params["embed"]).dtype)}
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2))

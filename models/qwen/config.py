@@ -140,9 +140,13 @@ def from_hf_config(hf: Mapping[str, Any]) -> QwenConfig:
         raise ValueError(f"config.json: model_type {model_type!r} is not supported; "
                          f"supported: {MODEL_TYPES}")
     if model_type == "qwen3_5":
-        hf = {"tie_word_embeddings": hf.get("tie_word_embeddings", False),
-              **_require(hf, "text_config"), "model_type": "qwen3_5_text"}
+        text = _require(hf, "text_config")
+        # the vision-language model ties by its own top-level flag, as transformers does
+        tied = hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+        hf = {**text, "model_type": "qwen3_5_text", "tie_word_embeddings": tied}
         model_type = "qwen3_5_text"
+    if model_type == "qwen3_5_text" and hf.get("attention_bias"):
+        raise ValueError("config.json: attention_bias=true is not supported for qwen3_5")
     if hf.get("use_sliding_window"):
         raise ValueError("config.json: use_sliding_window=true is not supported")
     if hf.get("hidden_act", "silu") != "silu":

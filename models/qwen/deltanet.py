@@ -57,8 +57,9 @@ def causal_conv(x: jax.Array, valid: jax.Array, weight: jax.Array, history: jax.
     rows = jnp.arange(b)[:, None]
     stream = jnp.concatenate([history, jnp.zeros((b, l, c), x.dtype)], axis=1)
     stream = stream.at[rows, slot].set(x, mode="drop")
-    window = sum(stream[:, j:j + l, :] * weight[j] for j in range(kernel))
-    compact = jax.nn.silu(window)
+    window = sum(stream[:, j:j + l, :].astype(jnp.float32) * weight[j].astype(jnp.float32)
+                 for j in range(kernel))
+    compact = jax.nn.silu(window).astype(x.dtype)
     out = jnp.take_along_axis(compact, jnp.maximum(rank, 0)[..., None], axis=1)
     n_valid = jnp.sum(valid, axis=1)
     keep = n_valid[:, None] + jnp.arange(kernel - 1)[None, :]

@@ -121,8 +121,9 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Arr
                       k_valid: jax.Array, block: int) -> jax.Array:
     """`attention` one block of queries at a time with an online softmax over key blocks.
 
-    Memory is O(L * block) instead of O(L * S), and each query block visits only the key
-    blocks up to its last slot, skipping the causally masked part. Same arguments as
+    Memory is O(L * block) instead of O(L * S), and each query block computes only the key
+    blocks up to its last slot, skipping the causally masked part (the loop runs over all key
+    blocks with a conditional body, so it stays differentiable). Same arguments as
     `attention`.
     """
     b, l, h, e = q.shape
@@ -157,8 +158,12 @@ def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Arr
         shape = (b, kv_heads, h // kv_heads, block)
         init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
                 jnp.zeros((*shape, e), jnp.float32))
-        last = jnp.minimum(jnp.max(slots) // block, n_k - 1)
-        _, total, acc = jax.lax.fori_loop(0, last + 1, key_block, init)
+        last = jnp.max(slots) // block
+
+        def visit(j, carry):  # a fixed trip count keeps the loop reverse-differentiable
+            return jax.lax.cond(j <= last, key_block, lambda _, c: c, j, carry)
+
+        _, total, acc = jax.lax.fori_loop(0, n_k, visit, init)
         out = acc / total[..., None]  # [b, k, g, block, e]
         return jnp.moveaxis(out, 3, 1).reshape(b, block, h, e).astype(q.dtype)
 
@@ -213,7 +218,8 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
       cfg: QwenConfig (static under jit).
       tokens: int32 [B, L] token ids.
       positions: int32 [B, L] rotary positions, -1 on padding.
-      cache: None, or a Cache with at least `length + L` slots.
+      cache: None, or a Cache with at least `length + L` slots (writes past the end are
+        clamped by XLA and would overwrite the last slots: size caches for the whole episode).
       use_chunks: DeltaNet form (None: chunked for L >= 64).
       last_only: compute logits for the last position only ([B, 1, V]), as sampling needs.
 
@@ -221,6 +227,9 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
       (float32 logits [B, L, V], the cache with these tokens written, or None).
     """
     batch, l = tokens.shape
+    if cache is not None and l > cache.valid.shape[1]:
+        raise ValueError(f"tokens: {l} new tokens do not fit a cache of "
+                         f"{cache.valid.shape[1]} slots")
     x = params["embed"][tokens]
     cos, sin = rotary(cfg, positions, cfg.rotary_dim)
     token_valid = positions >= 0

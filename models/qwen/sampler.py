@@ -90,15 +90,21 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
       cache: a Cache with room for P + max_tokens more slots (donated).
       key: PRNG key.
       max_tokens: N, static size of the output buffers.
-      max_new_tokens: int32 scalar <= N, the budget of this call.
+      max_new_tokens: int32 scalar in [1, N], the budget of this call (at least one token is
+        always sampled).
       stop_tokens: int32 [S] ids that end a row (included in its output).
-      temperature, top_k, top_p: sampling knobs (arrays; 0 temperature = greedy).
+      temperature, top_k, top_p: sampling knobs (arrays; 0 temperature = greedy; top_p in
+        (0, 1]).
       pad_id: written after a row finishes.
 
     Returns:
       Sampled.
     """
-    batch = prompt.shape[0]
+    batch, prompt_len = prompt.shape
+    slots = cache.valid.shape[1]
+    if prompt_len + max_tokens > slots:
+        raise ValueError(f"cache: {slots} slots cannot hold {prompt_len} prompt tokens and "
+                         f"max_tokens={max_tokens}; a continued cache needs its length on top")
     budget = jnp.minimum(max_new_tokens, max_tokens)
     logits, cache = forward(params, cfg, prompt, prompt_positions, cache, last_only=True)
     key, first_key = jax.random.split(key)

@@ -220,6 +220,31 @@ def test_qwen3_5_vision_language_layout_loads_the_language_model(hybrid, tmp_pat
     jax.tree.map(np.testing.assert_array_equal, params_vl, params)
 
 
+def test_gradients_flow_through_blocked_attention():
+    cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=48,
+                          num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, qk_norm=True)
+    params = qwen.init(cfg, jax.random.key(0), scale=0.1)
+    tokens = tokens_for(cfg, (1, 300), seed=9)  # > 256 queries: the blocked form
+    positions = np.arange(300, dtype=np.int32)[None]
+
+    def loss(p):
+        logits, _ = qwen.forward(p, cfg, tokens, positions)
+        return jnp.mean(jax.nn.logsumexp(logits, axis=-1))
+
+    grads = jax.jit(jax.grad(loss))(params)
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+    assert float(jnp.abs(grads["attn"]["q"]).max()) > 0
+
+
+def test_vision_language_config_ties_by_its_top_level_flag():
+    text = qwen.to_hf_config(qwen.from_hf_config(CONFIGS["qwen3_5"]().to_dict()))
+    vl = {"model_type": "qwen3_5", "tie_word_embeddings": True,
+          "text_config": {**text, "tie_word_embeddings": False}}
+    assert qwen.from_hf_config(vl).tie_word_embeddings
+    with pytest.raises(ValueError, match="attention_bias"):
+        qwen.from_hf_config({**text, "attention_bias": True})
+
+
 def test_config_round_trip_and_errors():
     hf = CONFIGS["qwen3"]().to_dict()
     cfg = qwen.from_hf_config(hf)

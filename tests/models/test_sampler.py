@@ -102,6 +102,15 @@ def test_stop_tokens_and_budget_end_rows_cleanly(tiny):
     assert generate._cache_size() == sizes  # a new budget does not recompile
 
 
+def test_too_small_a_cache_is_an_error(tiny):
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg)
+    with pytest.raises(ValueError, match="cannot hold 6 prompt tokens and max_tokens=8"):
+        generate(params, cfg, tokens, qwen.positions_from_mask(mask), qwen.init_cache(cfg, 3, 10),
+                 jax.random.key(0), max_tokens=MAX_TOKENS, max_new_tokens=jnp.int32(8),
+                 stop_tokens=jnp.array([-1], jnp.int32))
+
+
 def test_top_k_one_and_tiny_top_p_are_greedy(tiny):
     _, cfg, params = tiny
     tokens, mask = prompts(cfg)
