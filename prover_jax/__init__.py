@@ -5,7 +5,16 @@ kernels and the credit-method registry.
 """
 
 from prover_jax import credit
-from prover_jax.batch import Batch, Message, Trajectory, pack, validate
+from prover_jax.batch import (
+    Batch,
+    Message,
+    Trajectory,
+    pack,
+    trajectory_from_tokens,
+    validate,
+)
 
-__all__ = ["Batch", "Message", "Trajectory", "credit", "pack", "validate"]
+__all__ = [
+    "Batch", "Message", "Trajectory", "credit", "pack", "trajectory_from_tokens", "validate",
+]
 __version__ = "0.1.0"

@@ -74,6 +74,31 @@ class Trajectory:
     reward: float
 
 
+def trajectory_from_tokens(tokens: Sequence[int], loss_mask: Sequence[bool],
+                           turn_ids: Sequence[int], reward: float) -> Trajectory:
+    """A Trajectory from a rendered conversation (e.g. `models.qwen.chat.render`).
+
+    Args:
+      tokens: int [L] token ids.
+      loss_mask: bool [L], true on policy-generated tokens.
+      turn_ids: int [L], the agent turn of each policy token, -1 elsewhere.
+      reward: the episode's terminal reward.
+
+    Returns:
+      Trajectory whose messages are the maximal runs of tokens with the same (policy, turn).
+    """
+    tokens, mask, turns = (np.asarray(x) for x in (tokens, loss_mask, turn_ids))
+    if not tokens.shape == mask.shape == turns.shape or tokens.ndim != 1:
+        raise ValueError(f"tokens, loss_mask, turn_ids must be [L] arrays of one length, got "
+                         f"{tokens.shape}, {mask.shape}, {turns.shape}")
+    key = np.where(mask, turns, -1)
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    ends = np.append(starts[1:], len(tokens))
+    messages = [Message(tokens[a:b].tolist(), POLICY_ROLE if key[a] >= 0 else "user",
+                        int(key[a])) for a, b in zip(starts, ends)]
+    return Trajectory(messages, reward)
+
+
 def bucket(n: int, minimum: int = 1) -> int:
     """Smallest power of two >= max(n, minimum)."""
     return 1 << (max(n, minimum) - 1).bit_length()

@@ -78,6 +78,21 @@ def test_render_matches_template_and_masks_assistant_turns(request, which, thoug
         assert observation in unmasked
 
 
+def test_rendered_episodes_pack_into_a_batch(qwen3_tokenizer):
+    from prover_jax import pack, trajectory_from_tokens
+
+    rendered = [chat.render(qwen3_tokenizer, chat.agent_messages(
+        "sys", "task", ACTIONS[:n], OBSERVATIONS[:n])) for n in (1, 3)]
+    batch = pack([[trajectory_from_tokens(r.tokens, r.loss_mask, r.turn_ids, reward)
+                   for r, reward in zip(rendered, (0.0, 1.0))]])
+    for row, r in enumerate(rendered):
+        n = len(r.tokens)
+        assert batch.tokens[row, :n].tolist() == r.tokens.tolist()
+        assert batch.loss_mask[row, :n].tolist() == r.loss_mask.tolist()
+        assert batch.turn_ids[row, :n].tolist() == r.turn_ids.tolist()
+    assert batch.turn_valid.sum(1).tolist() == [1, 3]
+
+
 def test_episode_ending_on_an_action_has_one_observation_less(qwen3_tokenizer):
     messages = chat.agent_messages("sys", "task", ACTIONS, OBSERVATIONS[:2])
     rendered = chat.render(qwen3_tokenizer, messages)

@@ -112,3 +112,16 @@ def _set(index, value):
 def test_validate_names_the_array(batch, message):
     with pytest.raises(ValueError, match=message):
         validate(batch())
+
+
+def test_trajectory_from_tokens_runs_and_errors():
+    from prover_jax import trajectory_from_tokens
+
+    # [sys sys | a0 a0 | obs | a1] -> four messages, turns 0 and 1 on the policy's runs
+    traj = trajectory_from_tokens([1, 2, 3, 4, 5, 6], [0, 0, 1, 1, 0, 1], [-1, -1, 0, 0, -1, 1],
+                                  0.5)
+    assert [(m.role, list(m.token_ids), m.turn) for m in traj.messages] == [
+        ("user", [1, 2], -1), ("assistant", [3, 4], 0), ("user", [5], -1),
+        ("assistant", [6], 1)]
+    with pytest.raises(ValueError, match="one length"):
+        trajectory_from_tokens([1, 2], [True], [0, 0], 1.0)
