@@ -10,8 +10,10 @@ shardings. Saving writes a folder `transformers` loads back (`from_pretrained`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,42 +34,42 @@ SINGLE = "model.safetensors"
 # over the layers of its kind (`layers`: all, `attn`: full attention, `linear`: Gated DeltaNet).
 GROUPS = {
     "layers": {
-        "attn_norm": ("input_layernorm.weight", "vector"),
-        "mlp_norm": ("post_attention_layernorm.weight", "vector"),
+        "attn_norm": ("input_layernorm.weight", "same"),
+        "mlp_norm": ("post_attention_layernorm.weight", "same"),
         "gate": ("mlp.gate_proj.weight", "linear"),
         "up": ("mlp.up_proj.weight", "linear"),
         "down": ("mlp.down_proj.weight", "linear"),
     },
     "attn": {
-        "q": ("self_attn.q_proj.weight", "in_heads"),
-        "k": ("self_attn.k_proj.weight", "in_heads"),
-        "v": ("self_attn.v_proj.weight", "in_heads"),
-        "o": ("self_attn.o_proj.weight", "out_heads"),
-        "q_bias": ("self_attn.q_proj.bias", "heads"),
-        "k_bias": ("self_attn.k_proj.bias", "heads"),
-        "v_bias": ("self_attn.v_proj.bias", "heads"),
-        "o_bias": ("self_attn.o_proj.bias", "vector"),
-        "q_norm": ("self_attn.q_norm.weight", "vector"),
-        "k_norm": ("self_attn.k_norm.weight", "vector"),
+        "q": ("self_attn.q_proj.weight", "linear"),
+        "k": ("self_attn.k_proj.weight", "linear"),
+        "v": ("self_attn.v_proj.weight", "linear"),
+        "o": ("self_attn.o_proj.weight", "linear_from_heads"),
+        "q_bias": ("self_attn.q_proj.bias", "flat"),
+        "k_bias": ("self_attn.k_proj.bias", "flat"),
+        "v_bias": ("self_attn.v_proj.bias", "flat"),
+        "o_bias": ("self_attn.o_proj.bias", "same"),
+        "q_norm": ("self_attn.q_norm.weight", "same"),
+        "k_norm": ("self_attn.k_norm.weight", "same"),
     },
     "linear": {
         "qkv": ("linear_attn.in_proj_qkv.weight", "linear"),
-        "z": ("linear_attn.in_proj_z.weight", "in_heads"),
+        "z": ("linear_attn.in_proj_z.weight", "linear"),
         "b": ("linear_attn.in_proj_b.weight", "linear"),
         "a": ("linear_attn.in_proj_a.weight", "linear"),
         "conv": ("linear_attn.conv1d.weight", "conv"),
-        "dt_bias": ("linear_attn.dt_bias", "vector"),
-        "A_log": ("linear_attn.A_log", "vector"),
-        "norm": ("linear_attn.norm.weight", "vector"),
-        "out": ("linear_attn.out_proj.weight", "out_heads"),
+        "dt_bias": ("linear_attn.dt_bias", "same"),
+        "A_log": ("linear_attn.A_log", "same"),
+        "norm": ("linear_attn.norm.weight", "same"),
+        "out": ("linear_attn.out_proj.weight", "linear_from_heads"),
     },
 }
 # Qwen3.5 packs the output gate into q_proj, interleaved per head: [q_h (E rows), gate_h (E)].
 GATED_Q = {"q": ("self_attn.q_proj.weight", "gated_query"),
            "q_gate": ("self_attn.q_proj.weight", "gated_gate")}
 TOP_NAMES = {
-    "embed": ("embed_tokens.weight", "vector"),
-    "norm": ("norm.weight", "vector"),
+    "embed": ("embed_tokens.weight", "same"),
+    "norm": ("norm.weight", "same"),
 }
 LM_HEAD = "lm_head.weight"
 TEXT_PREFIX, VL_TEXT_PREFIX = "model.", "model.language_model."
@@ -90,48 +92,41 @@ def layer_indices(cfg: QwenConfig, group: str) -> list[int]:
     return [i for i, k in enumerate(cfg.kinds) if k == kind]
 
 
-def _hf_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    """HF shape of one of our (per-layer) arrays."""
-    if layout == "in_heads":  # ours [d, h, e], HF [h*e, d]
-        return (shape[1] * shape[2], shape[0])
-    if layout in ("gated_query", "gated_gate"):  # ours [d, h, e], HF [h*2e, d]
-        return (2 * shape[1] * shape[2], shape[0])
-    if layout == "out_heads":  # ours [h, e, d], HF [d, h*e]
-        return (shape[2], shape[0] * shape[1])
-    if layout == "heads":  # ours [h, e], HF [h*e]
-        return (shape[0] * shape[1],)
-    if layout == "linear":  # ours [in, out], HF [out, in]
-        return (shape[1], shape[0])
-    if layout == "conv":  # ours [kernel, channels], HF [channels, 1, kernel]
-        return (shape[1], 1, shape[0])
-    return shape
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one of our (per-layer) arrays is stored in a Hugging Face checkpoint."""
+
+    hf_shape: Callable[[tuple[int, ...]], tuple[int, ...]]  # ours -> HF shape
+    load: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]  # HF tensor -> ours of a shape
+    save: Callable[[np.ndarray], np.ndarray] | None  # ours -> HF (None: saved with its pair)
 
 
-def from_hf(x: np.ndarray, shape: tuple[int, ...], layout: str) -> np.ndarray:
-    """An HF tensor in our layout of `shape`."""
-    if layout in ("gated_query", "gated_gate"):
-        d, h, e = shape
-        return x.T.reshape(d, h, 2, e)[:, :, 0 if layout == "gated_query" else 1]
-    if layout == "conv":
-        return x[:, 0, :].T
-    if layout in ("in_heads", "out_heads", "linear"):
-        return x.T.reshape(shape)
-    return x.reshape(shape)
+def _matrix(inputs: int) -> Layout:
+    """Ours input-major with `inputs` leading input axes; HF a transposed [out, in] matrix."""
+    return Layout(
+        hf_shape=lambda s: (math.prod(s[inputs:]), math.prod(s[:inputs])),
+        load=lambda x, s: x.T.reshape(s),
+        save=lambda x: x.reshape(math.prod(x.shape[:inputs]), -1).T)
 
 
-def to_hf(x: np.ndarray, layout: str) -> np.ndarray:
-    """One of our arrays in the HF layout."""
-    if layout == "in_heads":
-        return x.reshape(x.shape[0], -1).T
-    if layout == "out_heads":
-        return x.reshape(-1, x.shape[-1]).T
-    if layout == "heads":
-        return x.reshape(-1)
-    if layout == "linear":
-        return x.T
-    if layout == "conv":
-        return x.T[:, None, :]
-    return x
+def _gated(part: int) -> Layout:
+    """Query (part 0) or gate (part 1) [d, h, e] of Qwen3.5's interleaved q_proj [h*2e, d]."""
+    return Layout(
+        hf_shape=lambda s: (2 * s[1] * s[2], s[0]),
+        load=lambda x, s: x.T.reshape(s[0], s[1], 2, s[2])[:, :, part],
+        save=None)
+
+
+LAYOUTS = {
+    "same": Layout(lambda s: s, lambda x, s: x, lambda x: x),
+    "flat": Layout(lambda s: (math.prod(s),), lambda x, s: x.reshape(s), lambda x: x.reshape(-1)),
+    "linear": _matrix(1),  # [d, ...outputs] <- HF [outputs, d]
+    "linear_from_heads": _matrix(2),  # [h, e, d] <- HF [d, h*e]
+    "conv": Layout(lambda s: (s[1], 1, s[0]), lambda x, s: x[:, 0, :].T,
+                   lambda x: x.T[:, None, :]),  # [kernel, channels] <- HF [channels, 1, kernel]
+    "gated_query": _gated(0),
+    "gated_gate": _gated(1),
+}
 
 
 def gated_q_to_hf(query: np.ndarray, gate: np.ndarray) -> np.ndarray:
@@ -209,7 +204,7 @@ def _checked(file: Path, name: str, x: np.ndarray, shape: tuple[int, ...]) -> np
 def _read_params(cfg: QwenConfig, dtype, prefix: str, read, place):
     """The params pytree from `read(hf_name, hf_shape)`, converted and placed."""
     def convert(name: str, shape: tuple[int, ...], layout: str) -> np.ndarray:
-        return from_hf(read(name, _hf_shape(shape, layout)), shape, layout)
+        return LAYOUTS[layout].load(read(name, LAYOUTS[layout].hf_shape(shape)), shape)
 
     desc = describe(cfg, dtype)
     params: dict = {}
@@ -236,19 +231,18 @@ def save(folder: str | Path, cfg: QwenConfig, params) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
     for key, (name, layout) in TOP_NAMES.items():
-        tensors[TEXT_PREFIX + name] = to_hf(np.asarray(params[key]), layout)
+        tensors[TEXT_PREFIX + name] = LAYOUTS[layout].save(np.asarray(params[key]))
     if not cfg.tie_word_embeddings:
-        tensors[LM_HEAD] = to_hf(np.asarray(params["lm_head"]), "linear")
+        tensors[LM_HEAD] = LAYOUTS["linear"].save(np.asarray(params["lm_head"]))
     for group in ("layers", "attn", "linear"):
         if group not in params:
             continue
         table = names_of(cfg, group)
         for j, i in enumerate(layer_indices(cfg, group)):
             for key, (name, layout) in table.items():
-                if key not in params[group] or (key in GATED_Q and cfg.attn_output_gate):
-                    continue
-                tensors[f"{TEXT_PREFIX}layers.{i}.{name}"] = to_hf(
-                    np.asarray(params[group][key][j]), layout)
+                if key in params[group] and LAYOUTS[layout].save is not None:
+                    tensors[f"{TEXT_PREFIX}layers.{i}.{name}"] = LAYOUTS[layout].save(
+                        np.asarray(params[group][key][j]))
             if group == "attn" and cfg.attn_output_gate:
                 tensors[f"{TEXT_PREFIX}layers.{i}.{GATED_Q['q'][0]}"] = gated_q_to_hf(
                     np.asarray(params["attn"]["q"][j]), np.asarray(params["attn"]["q_gate"][j]))

@@ -110,11 +110,6 @@ def abstract(cfg: QwenConfig, dtype=jnp.float32):
                         is_leaf=_is_info)
 
 
-def logical_axes(cfg: QwenConfig):
-    """The params pytree with each leaf replaced by its tuple of logical axis names."""
-    return jax.tree.map(lambda i: i.axes, describe(cfg), is_leaf=_is_info)
-
-
 def init(cfg: QwenConfig, key: jax.Array, dtype=jnp.float32, scale: float = 0.02):
     """Random parameters: normal(0, scale) matrices, unit norms, zero biases."""
     desc = describe(cfg, dtype)

@@ -59,11 +59,15 @@ def spec_for(name: str, info: ArrayInfo, rules: Rules, mesh: Mesh) -> PartitionS
     return PartitionSpec(*physical)
 
 
+def _path_name(path) -> str:
+    """"attn.q" for the pytree path of params["attn"]["q"]."""
+    return ".".join(str(getattr(k, "key", k)) for k in path)
+
+
 def param_shardings(cfg: QwenConfig, mesh: Mesh, rules: Rules):
     """The params pytree of NamedShardings for `cfg` under `rules`."""
     def one(path, info):
-        name = ".".join(str(getattr(k, "key", k)) for k in path)
-        return NamedSharding(mesh, spec_for(name, info, rules, mesh))
+        return NamedSharding(mesh, spec_for(_path_name(path), info, rules, mesh))
 
     return jax.tree_util.tree_map_with_path(one, describe(cfg),
                                             is_leaf=lambda x: isinstance(x, ArrayInfo))
@@ -73,9 +77,8 @@ def describe_placement(params) -> dict[str, str]:
     """name -> "global shape / per-device shape" of every parameter, to see what is sharded."""
     out = {}
     for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-        name = ".".join(str(getattr(k, "key", k)) for k in path)
         shard = x.addressable_shards[0].data.shape
-        out[name] = f"{tuple(x.shape)} / {tuple(shard)}"
+        out[_path_name(path)] = f"{tuple(x.shape)} / {tuple(shard)}"
     return out
 
 

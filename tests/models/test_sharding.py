@@ -71,6 +71,13 @@ def test_hybrid_model_sharded_forward_equals_unsharded():
     np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-5)
 
 
+def test_abstract_params_match_init():
+    shapes = jax.tree.map(lambda x: (x.shape, x.dtype), qwen.init(CFG, jax.random.key(0)))
+    abstract = jax.tree.map(lambda x: (x.shape, x.dtype), qwen.abstract(CFG))
+    assert shapes == abstract
+    assert qwen.abstract(CFG, jax.numpy.bfloat16)["attn"]["q"].dtype == jax.numpy.bfloat16
+
+
 def test_collisions_and_unknown_axes_are_errors():
     mesh = make_mesh(data=2, model=4)
     info = qwen.describe(CFG)["layers"]["gate"]  # axes (layers, embed, mlp)
