@@ -1,5 +1,14 @@
 """Restorable agent environments with instrumented terminal verifiers.
 
-Not implemented yet: the environment protocol, household / webshop / searchqa / tau environments
-and the worker pool are planned work (see README, "Status").
+``envs.make(name)`` builds an environment; every environment follows :class:`envs.base.Env`
+(text actions, exact snapshots) and exposes its terminal verifier as atoms
+(:class:`envs.verifier.Verifier`). ``envs.pool.EnvPool`` runs many of them in worker processes.
 """
+
+from envs.base import Env, Step, Task, make, names, register, task_seed
+from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier
+
+__all__ = [
+    "Atom", "Env", "Kind", "Mutation", "Role", "Status", "Step", "Task", "Verifier", "make",
+    "names", "register", "task_seed",
+]

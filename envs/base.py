@@ -1,0 +1,163 @@
+"""The environment protocol: text in, text out, exact snapshots.
+
+An environment runs one episode at a time. ``reset(task)`` starts it and returns the first
+observation; ``step(action)`` applies the agent's action text and returns a :class:`Step`.
+``snapshot()`` returns the whole episode state as a plain, immutable, picklable value, and
+``restore(state)`` puts any environment instance of the same kind back into it, so that every
+later observation and reward repeats bit for bit. The state carries its task, so it can be
+restored into a fresh instance in another process.
+
+A malformed or impossible action never raises: it gets the benchmark's own feedback and
+``info["valid"] = False``. Episodes end when the task is solved or failed (``done``, with the
+terminal reward) or after ``max_turns`` actions (``done`` with reward 0 and
+``info["truncated"] = True``).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+import random
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, ClassVar, NamedTuple
+
+SPLITS = ("train", "eval")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Task:
+    """One task instance: the environment kind, the split and the index within it.
+
+    Everything about the task (world layout, goal, catalogue) is generated from these three
+    values by the environment, deterministically.
+    """
+
+    env: str
+    split: str
+    index: int
+
+
+class Step(NamedTuple):
+    """The result of one action: ``info`` has at least ``valid`` and ``truncated``."""
+
+    obs: str
+    done: bool
+    reward: float
+    info: dict[str, Any]
+
+
+class Env(abc.ABC):
+    """A restorable text environment. Subclasses implement the abstract methods."""
+
+    name: ClassVar[str]
+    max_turns: ClassVar[int]
+    splits: ClassVar[tuple[str, ...]] = SPLITS
+
+    @abc.abstractmethod
+    def split_size(self, split: str) -> int:
+        """How many tasks ``split`` holds (``split`` is one of ``splits``)."""
+
+    def num_tasks(self, split: str) -> int:
+        """How many tasks ``split`` holds; indices ``0 .. num_tasks - 1`` are valid."""
+        if split not in self.splits:
+            raise ValueError(f"{self.name}: unknown split {split!r}; expected one of {self.splits}")
+        return self.split_size(split)
+
+    @abc.abstractmethod
+    def reset(self, task: Task) -> str:
+        """Starts an episode of ``task``; returns the first observation (task included)."""
+
+    @abc.abstractmethod
+    def step(self, action: str) -> Step:
+        """Applies one action. Raises only when no episode is running."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> Hashable:
+        """The full episode state: an immutable, picklable value that includes the task."""
+
+    @abc.abstractmethod
+    def restore(self, state: Hashable) -> None:
+        """Returns to a state from :meth:`snapshot` of any instance of this environment kind."""
+
+    @abc.abstractmethod
+    def verifier(self, task: Task | None = None) -> Any:
+        """The instrumented terminal verifier (:class:`envs.verifier.Verifier`) of ``task``.
+
+        Defaults to the running episode's task.
+        """
+
+    def admissible(self) -> list[str] | None:
+        """The actions the benchmark lists as admissible now, or None where it lists none."""
+        return None
+
+    @abc.abstractmethod
+    def instruction(self) -> str:
+        """The system prompt that explains the task format and action syntax to the agent."""
+
+    @abc.abstractmethod
+    def expert_action(self) -> str:
+        """The expert's next action from the current state (it may use hidden state)."""
+
+    def random_action(self, rng: random.Random) -> str:
+        """A random plausible action now, for exploration, tests and benchmarks."""
+        actions = self.admissible()
+        if not actions:
+            raise NotImplementedError(f"{self.name}: no admissible actions to sample from")
+        return rng.choice(actions)
+
+    def tasks(self, split: str) -> list[Task]:
+        """Every task of ``split``, in index order."""
+        return [Task(self.name, split, i) for i in range(self.num_tasks(split))]
+
+    def check_task(self, task: Task) -> None:
+        """Raises ValueError unless ``task`` belongs to this environment and exists."""
+        if not isinstance(task, Task):
+            raise TypeError(f"{self.name}: expected an envs.Task, got {type(task).__name__}")
+        if task.env != self.name:
+            raise ValueError(f"{self.name}: task {task} belongs to environment {task.env!r}")
+        if not 0 <= task.index < self.num_tasks(task.split):
+            raise ValueError(
+                f"{self.name}: task index {task.index} out of range for split {task.split!r} "
+                f"(0..{self.num_tasks(task.split) - 1})"
+            )
+
+
+def task_seed(task: Task) -> int:
+    """A 64-bit seed for ``task``; different splits and indices get unrelated seeds."""
+    key = f"{task.env}/{task.split}/{task.index}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+
+
+_REGISTRY: dict[str, Callable[..., Env]] = {}
+
+
+def register(name: str, factory: Callable[..., Env]) -> None:
+    """Makes ``make(name, **config)`` build an environment with ``factory(**config)``."""
+    if name in _REGISTRY and _REGISTRY[name] is not factory:
+        raise ValueError(f"environment {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def names() -> list[str]:
+    """The registered environment names, sorted."""
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **config: Any) -> Env:
+    """A new environment instance of kind ``name``."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](**config)
+
+
+def _load_builtin() -> None:
+    import importlib
+
+    for module in _BUILTIN:
+        importlib.import_module(module)
+
+
+_BUILTIN: Sequence[str] = ("envs.household",)
