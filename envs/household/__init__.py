@@ -1,0 +1,6 @@
+"""ALFWorld-style household tasks: generated rooms, ALFWorld's grammar and texts, an expert."""
+
+from envs.household.env import Household, State
+from envs.household.world import TASK_TYPES, World
+
+__all__ = ["TASK_TYPES", "Household", "State", "World"]

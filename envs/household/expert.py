@@ -1,0 +1,89 @@
+"""The household expert: the next action towards the goal from any state, using hidden state.
+
+It replans from scratch every turn, so it also finishes episodes that started with other
+actions (random prefixes, restored mid-episode states): put down whatever useless thing is in
+hand, fetch a goal object that does not count yet, transform it at the appliance if the task
+asks for it, and put it in a target receptacle (or turn on a lamp while holding it).
+"""
+
+from __future__ import annotations
+
+from envs.household.env import HELD, MIDDLE, NOBODY, State, is_open
+from envs.household.world import APPLIANCE, LAMP, World
+
+
+def expert_action(world: World, state: State) -> str:
+    """The expert's next action in ``state``."""
+    held = state.held
+    if held != NOBODY and world.object_types[held] != world.goal_type:
+        return _put_down(world, state)
+    if world.task_type == "look":
+        return _look(world, state)
+    if held != NOBODY:
+        return _deliver(world, state)
+    placed = set(_placed(world, state))
+    wanted = [o for o, t in enumerate(world.object_types)
+              if t == world.goal_type and o not in placed]
+    return _fetch(world, state, wanted[0])
+
+
+def _placed(world: World, state: State) -> list[int]:
+    """Goal objects that already count: in a target receptacle and transformed if required."""
+    return [o for o, r in enumerate(state.object_location)
+            if world.object_types[o] == world.goal_type and r != HELD
+            and world.receptacle_types[r] == world.target_type and _transformed(world, state, o)]
+
+
+def _transformed(world: World, state: State, o: int) -> bool:
+    flags = {"heat": state.hot, "cool": state.cold, "clean": state.clean}
+    return bool(flags.get(world.task_type, -1) >> o & 1)
+
+
+def _first(world: World, receptacle_type: str) -> int:
+    return world.receptacle_types.index(receptacle_type)
+
+
+def _go_open(world: World, state: State, r: int) -> str | None:
+    """The action that brings the agent to an open ``r``, or None if it is already there."""
+    if state.location != r:
+        return f"go to {world.receptacles[r]}"
+    if not is_open(world, state, r):
+        return f"open {world.receptacles[r]}"
+    return None
+
+
+def _fetch(world: World, state: State, o: int) -> str:
+    r = state.object_location[o]
+    step = _go_open(world, state, r)
+    return step or f"take {world.objects[o]} from {world.receptacles[r]}"
+
+
+def _put_down(world: World, state: State) -> str:
+    here = state.location
+    if here == MIDDLE:
+        here = world.openable.index(False)
+    step = _go_open(world, state, here)
+    return step or f"put {world.objects[state.held]} in/on {world.receptacles[here]}"
+
+
+def _deliver(world: World, state: State) -> str:
+    held = world.objects[state.held]
+    if not _transformed(world, state, state.held):
+        verb = world.task_type
+        appliance = _first(world, APPLIANCE[verb])
+        if state.location != appliance:
+            return f"go to {world.receptacles[appliance]}"
+        return f"{verb} {held} with {world.receptacles[appliance]}"
+    target = _first(world, world.target_type)
+    step = _go_open(world, state, target)
+    return step or f"put {held} in/on {world.receptacles[target]}"
+
+
+def _look(world: World, state: State) -> str:
+    if state.held == NOBODY:
+        return _fetch(world, state, world.object_types.index(world.goal_type))
+    lamp = world.object_types.index(LAMP)
+    where = state.object_location[lamp]
+    if state.location != where:
+        return f"go to {world.receptacles[where]}"
+    return f"use {world.objects[lamp]}"

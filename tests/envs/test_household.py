@@ -1,0 +1,215 @@
+"""The household environment: ALFWorld's texts and rules, the generator, the expert, atoms."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import pytest
+
+import envs
+from envs.household import env as hh
+from envs.household.verifier import HouseholdVerifier
+from envs.household.world import TASK_TYPES, World
+from envs.verifier import Status
+
+SAT, UNSAT, UNK = Status.SAT, Status.UNSAT, Status.UNK
+
+# A hand-built kitchen: egg 1 in the closed fridge, egg 2 in the cabinet.
+KITCHEN = World(
+    room="kitchen",
+    receptacles=("countertop 1", "fridge 1", "microwave 1", "cabinet 1", "diningtable 1"),
+    receptacle_types=("countertop", "fridge", "microwave", "cabinet", "diningtable"),
+    openable=(False, True, True, True, False),
+    objects=("egg 1", "apple 1", "egg 2", "mug 1"),
+    object_types=("egg", "apple", "egg", "mug"),
+    start=(1, 0, 3, 4),
+    task_type="heat", goal_type="egg", target_type="countertop",
+    goal_text="heat some egg and put it in countertop.",
+)
+TASK = envs.Task("household", "train", 0)
+HEAT_EGG = [
+    ("go to fridge 1", "You arrive at fridge 1. The fridge 1 is closed."),
+    ("open fridge 1", "You open the fridge 1. The fridge 1 is open. In it, you see a egg 1."),
+    ("take egg 1 from fridge 1", "You pick up the egg 1 from the fridge 1."),
+    ("go to microwave 1", "You arrive at microwave 1. The microwave 1 is closed."),
+    ("heat egg 1 with microwave 1", "You heat the egg 1 using the microwave 1."),
+    ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a apple 1."),
+    ("put egg 1 in/on countertop 1", "You put the egg 1 in/on the countertop 1."),
+]
+
+
+def _run(world, actions):
+    state = hh.initial_state(TASK, world)
+    states, texts = [state], []
+    for action in actions:
+        state, text, valid = hh.transition(world, state, action)
+        assert valid, action
+        states.append(state)
+        texts.append(text)
+    return states, texts
+
+
+def test_heat_an_egg_texts_and_goal():
+    states, texts = _run(KITCHEN, [a for a, _ in HEAT_EGG])
+    assert texts == [t for _, t in HEAT_EGG]
+    assert [hh.goal_reached(KITCHEN, s) for s in states] == [False] * 7 + [True]
+
+
+def test_alfworld_texts():
+    state = hh.initial_state(TASK, KITCHEN)
+    assert hh.welcome(KITCHEN).endswith(
+        "you see a cabinet 1, a countertop 1, a diningtable 1, a fridge 1, and a microwave 1."
+        "\n\nYour task is to: heat some egg and put it in countertop.")
+    cases = [
+        ("inventory", "You are not carrying anything."),
+        ("look", "You are in the middle of a room. Looking quickly around you, you see nothing."),
+        ("go to diningtable 1",
+         "You arrive at diningtable 1. On the diningtable 1, you see a mug 1."),
+        ("take mug 1 from diningtable 1", "You pick up the mug 1 from the diningtable 1."),
+        ("inventory", "You are carrying: a mug 1."),
+        ("examine mug 1", "There's nothing special about mug 1."),
+        ("look", "You are facing the diningtable 1. Next to it, you see nothing."),
+        ("put mug 1 in diningtable 1", "You put the mug 1 in/on the diningtable 1."),
+        ("examine diningtable 1", "On the diningtable 1, you see a mug 1."),
+        ("go to cabinet 1", "You arrive at cabinet 1. The cabinet 1 is closed."),
+        ("open cabinet 1",
+         "You open the cabinet 1. The cabinet 1 is open. In it, you see a egg 2."),
+        ("close cabinet 1", "You close the cabinet 1."),
+    ]
+    for action, text in cases:
+        state, observed, valid = hh.transition(KITCHEN, state, action)
+        assert (observed, valid) == (text, True), action
+
+
+@pytest.mark.parametrize("action", [
+    "go to cabinet 7", "take egg 2 from cabinet 1", "open countertop 1", "close fridge 1",
+    "put egg 1 in/on countertop 1", "heat apple 1 with microwave 1", "use egg 1",
+    "take apple 1 from countertop 1", "go to", "fly to the moon", "",
+])
+def test_impossible_actions_do_nothing(action):
+    # At the start: nothing held, everything closed, the agent in the middle of the room.
+    state = hh.initial_state(TASK, KITCHEN)
+    new, text, valid = hh.transition(KITCHEN, state, action)
+    assert (new, text, valid) == (state, "Nothing happens.", False)
+
+
+def test_admissible_actions_are_exactly_the_valid_ones():
+    env, rng = envs.make("household"), random.Random(0)
+    for task in env.tasks("train")[:30]:
+        env.reset(task)
+        world = env.world
+        for _ in range(20):
+            state = env.snapshot()
+            admissible = env.admissible()
+            for action in admissible:
+                assert hh.transition(world, state, action)[2], action
+            # Every other well-formed command in this state is invalid.
+            names = world.receptacles + world.objects
+            probes = [f"go to {rng.choice(names)}", f"open {rng.choice(names)}",
+                      f"take {rng.choice(world.objects)} from {rng.choice(world.receptacles)}"]
+            for action in probes:
+                if action not in admissible:
+                    assert not hh.transition(world, state, action)[2], action
+            if env.step(rng.choice(admissible)).done:
+                break
+
+
+def test_generator_sizes_variety_and_disjoint_splits():
+    env = envs.make("household")
+    assert env.num_tasks("train") >= 2500 and env.num_tasks("eval") >= 134
+    train = [hh.world_of(t) for t in env.tasks("train")]
+    evals = [hh.world_of(t) for t in env.tasks("eval")]
+    assert not set(train) & set(evals)
+    assert len(set(train)) == len(train)
+    assert set(collections.Counter(w.task_type for w in evals)) == set(TASK_TYPES)
+    layouts = {(w.room, w.receptacles) for w in train}
+    vocabularies = {frozenset(w.object_types) for w in train}
+    assert len(layouts) > 1000 and len(vocabularies) > 1000
+    assert {w.room for w in train} == {"kitchen", "bathroom", "bedroom", "livingroom"}
+
+
+def test_expert_solves_every_task_type():
+    env = envs.make("household")
+    solved, total = collections.Counter(), collections.Counter()
+    for split in env.splits:
+        for task in env.tasks(split):
+            env.reset(task)
+            kind = env.world.task_type
+            while not (step := env.step(env.expert_action())).done:
+                pass
+            solved[kind] += step.info["won"]
+            total[kind] += 1
+    for kind in TASK_TYPES:
+        assert solved[kind] >= 0.99 * total[kind], (kind, solved[kind], total[kind])
+
+
+def test_egg_atoms_along_success_and_wrong_placement():
+    verifier = HouseholdVerifier(KITCHEN)
+    assert [a.id for a in verifier.atoms] == [
+        "acquired:egg", "hot:egg", "placed:egg:countertop"]
+    assert [a.parents for a in verifier.atoms] == [(), (0,), (1,)]
+    states, _ = _run(KITCHEN, [a for a, _ in HEAT_EGG])
+    statuses = [verifier.statuses(s) for s in states]
+    assert statuses == [
+        (UNK, UNSAT, UNSAT),  # start
+        (UNK, UNSAT, UNSAT),  # at the closed fridge: no egg seen yet
+        (UNSAT, UNSAT, UNSAT),  # opening it reveals egg 1
+        (SAT, UNSAT, UNSAT),  # took it
+        (SAT, UNSAT, UNSAT),
+        (SAT, SAT, UNSAT),  # heated
+        (SAT, SAT, UNSAT),
+        (SAT, SAT, SAT),  # placed
+    ]
+    assert verifier.aggregate(statuses[-1]) == verifier.score(states[-1]) == 1.0
+    assert verifier.commits("put egg 1 in/on countertop 1") == frozenset({2})
+    assert verifier.commits("put egg 2 in/on diningtable 1") == frozenset({2})
+    assert verifier.commits("put apple 1 in/on countertop 1") == frozenset()
+    assert verifier.commits("take egg 1 from fridge 1") == frozenset()
+    # The failed rollout puts the hot egg on the dining table.
+    wrong = [a for a, _ in HEAT_EGG[:5]] + ["go to diningtable 1", "put egg 1 in/on diningtable 1"]
+    states, _ = _run(KITCHEN, wrong)
+    assert verifier.statuses(states[-1]) == (SAT, SAT, UNSAT)
+    assert verifier.aggregate(verifier.statuses(states[-1])) == verifier.score(states[-1]) == 0.0
+
+
+def test_egg_mutations_break_the_goal_the_way_they_say():
+    verifier = HouseholdVerifier(KITCHEN)
+    states, _ = _run(KITCHEN, [a for a, _ in HEAT_EGG])
+    mutations = {m.name: verifier.statuses(m.state) for m in verifier.mutations(states[-1])}
+    assert mutations == {
+        "wrong receptacle": (SAT, SAT, UNSAT),
+        "transformation removed": (SAT, UNSAT, UNSAT),
+        "object swapped": (SAT, SAT, UNSAT),
+    }
+
+
+def test_pick_two_and_look_atoms():
+    env = envs.make("household")
+    seen = set()
+    for task in env.tasks("train"):
+        world = hh.world_of(task)
+        if world.task_type not in ("pick2", "look") or world.task_type in seen:
+            continue
+        seen.add(world.task_type)
+        env.reset(task)
+        verifier = env.verifier()
+        while not env.step(env.expert_action()).done:
+            pass
+        final = env.snapshot()
+        assert all(s == SAT for s in verifier.statuses(final))
+        names = {m.name for m in verifier.mutations(final)}
+        if world.task_type == "pick2":
+            assert len(verifier.atoms) == 4 and "second object dropped" in names
+        else:
+            assert [a.family for a in verifier.atoms] == ["acquired", "lit", "in_light"]
+            assert "lamp off" in names
+    assert seen == {"pick2", "look"}
+
+
+def test_turn_limit_truncates():
+    env = envs.make("household")
+    env.reset(env.tasks("train")[0])
+    steps = [env.step("look") for _ in range(env.max_turns)]
+    assert not any(s.done for s in steps[:-1])
+    assert steps[-1].done and steps[-1].info["truncated"] and steps[-1].reward == 0.0
