@@ -1,4 +1,4 @@
-"""The kernel benchmark at a tiny length: every pipeline runs and matches the reference."""
+"""The benchmarks at tiny sizes: every pipeline runs (and the kernels match the reference)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 
-def load_bench():
-    path = Path(__file__).resolve().parents[1] / "bench" / "credit_kernels.py"
-    spec = importlib.util.spec_from_file_location("credit_kernels_bench", path)
+def load_bench(name: str = "credit_kernels"):
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -24,3 +24,12 @@ def test_credit_kernel_bench_runs_and_agrees():
     assert methods == set(bench.READS)
     assert all(r["ours_ms"] > 0 and r["floor_ms"] > 0 for r in results[1:])
     assert "| vict | 128 |" in bench.table(results)
+
+
+def test_env_bench_runs():
+    bench = load_bench("envs")
+    results = bench.run(["household"], episodes=4)
+    row = results[0]
+    assert row["steps"] > 0 and row["steps_per_s"] > 0 and row["pool_steps_per_s"] > 0
+    assert 0 < row["snapshot_restore_us"]
+    assert "| household |" in bench.table(results)
