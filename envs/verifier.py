@@ -70,10 +70,16 @@ class Atom:
 
 @dataclasses.dataclass(frozen=True)
 class Mutation:
-    """A terminal state altered in a verifier-relevant way, named by what was changed."""
+    """A terminal state altered in a verifier-relevant way, named by what was changed.
+
+    ``families`` are the atom families the change targets: a conformance audit that fails only
+    on mutations of one family masks that family. Without families, a failure disables the
+    verifier for the task.
+    """
 
     name: str
     state: Hashable
+    families: tuple[str, ...] = ()
 
 
 class Verifier(abc.ABC):

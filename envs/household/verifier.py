@@ -5,7 +5,9 @@ For the place tasks (pick, clean, heat, cool) the atoms are a chain:
     acquired  ──►  transformed (clean/heat/cool only)  ──►  placed
 
 ``acquired``: some goal object has been picked up; UNK until one has been *seen* (an
-observation listed it), so the action that revealed it gets a reveal edge. ``transformed``:
+observation listed it), so the action that revealed it gets a reveal edge. Seeing is the
+atom's evaluability condition, not one of its state variables: looking at more eggs is not a
+write. ``transformed``:
 some goal object is clean / hot / cold. ``placed``: some goal object sits in a target
 receptacle with the transformation; committed by putting a goal object down anywhere.
 Pick-two doubles the chain (``acquired_2`` and ``placed_2`` count two distinct objects). Look
@@ -48,12 +50,12 @@ class HouseholdVerifier(Verifier):
         goal, target, task_type = w.goal_type, w.target_type, w.task_type
         source = "ALFWorld goal check"
         acquired = Atom(f"acquired:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                        ("seen", "taken"), (), irreversible=True, source=source,
+                        ("taken",), (), irreversible=True, source=source,
                         description=f"a {goal} has been picked up")
         if task_type == "look":
             return (
                 acquired,
-                Atom("lit:desklamp", Kind.STATE, Role.PREREQUISITE, "lit", ("seen_lamp", "lit"),
+                Atom("lit:desklamp", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",),
                      (), source=source, description="a desklamp is on"),
                 Atom(f"in_light:{goal}", Kind.COMMIT, Role.HARD, "in_light",
                      ("held", "lamp_here"), (0, 1), source=source,
@@ -66,7 +68,7 @@ class HouseholdVerifier(Verifier):
                 Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
                      (0,), source=source, description=f"a {goal} is in a {target}"),
                 Atom(f"acquired_2:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                     ("seen", "taken"), (0,), irreversible=True, source=source,
+                     ("taken",), (0,), irreversible=True, source=source,
                      description=f"two {goal}s have been picked up"),
                 Atom(f"placed_2:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
                      (1, 2), source=source, description=f"two {goal}s are in a {target}"),
@@ -149,42 +151,34 @@ class HouseholdVerifier(Verifier):
         """Wrong receptacle, transformation removed, object swapped, second object dropped."""
         w = self.world
         out = []
-        goal_objects = [o for o in range(len(w.objects)) if self.goal_mask >> o & 1]
-        placed = [o for o in goal_objects
-                  if state.object_location[o] != HELD
-                  and self.target_mask >> state.object_location[o] & 1]
-        elsewhere = [r for r, t in enumerate(w.receptacle_types) if t != w.target_type]
-        if placed and elsewhere:
+
+        def moved(name: str, family: str, moves: dict[int, int], **changes) -> None:
             locations = list(state.object_location)
-            for o in placed:
-                locations[o] = elsewhere[0]
-            out.append(Mutation("wrong receptacle", state._replace(
-                object_location=tuple(locations))))
-        if w.task_type in _FLAG:
-            name = _FLAG[w.task_type]
-            out.append(Mutation("transformation removed", state._replace(
-                **{name: getattr(state, name) & ~self.goal_mask})))
+            for o, r in moves.items():
+                locations[o] = r
+            out.append(Mutation(name, state._replace(object_location=tuple(locations), **changes),
+                                families=(family,)))
+
+        placed = [o for o, r in enumerate(state.object_location)
+                  if self.goal_mask >> o & 1 and r != HELD and self.target_mask >> r & 1]
+        elsewhere = [r for r, t in enumerate(w.receptacle_types) if t != w.target_type]
         others = [o for o in range(len(w.objects))
                   if not (self.goal_mask | w.lamps) >> o & 1 and o != state.held]
+        if placed and elsewhere:
+            moved("wrong receptacle", "placed", {o: elsewhere[0] for o in placed})
+        if w.task_type in _FLAG:
+            flag = _FLAG[w.task_type]
+            moved("transformation removed", "transformed", {},
+                  **{flag: getattr(state, flag) & ~self.goal_mask})
         if placed and others:
-            locations = list(state.object_location)
-            locations[others[0]] = locations[placed[0]]
-            for o in placed:
-                locations[o] = w.start[o]
-            out.append(Mutation("object swapped", state._replace(
-                object_location=tuple(locations))))
+            swap = {o: w.start[o] for o in placed}
+            moved("object swapped", "placed", {**swap, others[0]: state.object_location[placed[0]]})
         if w.task_type == "pick2" and placed:
-            locations = list(state.object_location)
-            locations[placed[-1]] = w.start[placed[-1]]
-            out.append(Mutation("second object dropped", state._replace(
-                object_location=tuple(locations))))
+            moved("second object dropped", "placed", {placed[-1]: w.start[placed[-1]]})
         if w.task_type == "look":
-            out.append(Mutation("lamp off", state._replace(lit=0)))
+            moved("lamp off", "lit", {}, lit=0)
             if state.held != NOBODY:
-                locations = list(state.object_location)
-                locations[state.held] = w.start[state.held]
-                out.append(Mutation("object swapped", state._replace(
-                    held=NOBODY, object_location=tuple(locations))))
+                moved("object swapped", "in_light", {state.held: w.start[state.held]}, held=NOBODY)
         return out
 
 
