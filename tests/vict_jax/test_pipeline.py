@@ -1,0 +1,255 @@
+"""VICT end to end on the host: traces, cores, kernel inputs, records, diagnostics, ablations."""
+
+from __future__ import annotations
+
+import random
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from envs.household.verifier import HouseholdVerifier
+from envs.verifier import Kind, Status
+from prover_jax.credit.outcome import grpo
+from tests.envs.test_household import HEAT_EGG, KITCHEN, _run
+from tests.vict_jax.synthetic import SyntheticVerifier
+from vict_jax import audit as audit_lib
+from vict_jax.diagnostics import diagnostics, table
+from vict_jax.pipeline import (
+    CREDITS,
+    Rollout,
+    VictHostConfig,
+    batch_inputs,
+    credit_group,
+    proof_records,
+)
+from vict_jax.redistribute import RedistributionConfig, eligibility_violations, redistribute
+from vict_jax.trace import proof_graph
+
+SAT, UNSAT, UNK = Status.SAT, Status.UNSAT, Status.UNK
+SUCCESS = [a for a, _ in HEAT_EGG]
+WRONG_PLACE = SUCCESS[:5] + ["go to diningtable 1", "put egg 1 in/on diningtable 1"]
+SUCCESS_2 = ["go to cabinet 1", "open cabinet 1", "take egg 2 from cabinet 1",
+             "go to microwave 1", "heat egg 2 with microwave 1", "go to countertop 1",
+             "put egg 2 in/on countertop 1"]
+WRONG_PLACE_2 = SUCCESS_2[:5] + ["go to cabinet 1", "put egg 2 in/on cabinet 1"]
+
+
+def _rollout(actions, reward):
+    states, _ = _run(KITCHEN, actions)
+    return Rollout(tuple(states), tuple(actions), reward)
+
+
+ROWS, TURNS = 32, 64  # one padded shape for every test: the kernel compiles once
+
+
+def _kernel(groups, credits, redistribution=None):
+    """Packs the groups as `pack` would (padding rows at the end) and runs the kernel."""
+    sizes = [len(g) for g in groups]
+    rewards = np.zeros(ROWS, np.float32)
+    rewards[: sum(sizes)] = [r.reward for g in groups for r in g]
+    group_ids = np.full(ROWS, -1, np.int32)
+    group_ids[: sum(sizes)] = np.repeat(np.arange(len(groups)), sizes)
+    lengths = np.zeros(ROWS, int)
+    lengths[: sum(sizes)] = [len(r.actions) for g in groups for r in g]
+    turn_valid = np.arange(TURNS)[None, :] < lengths[:, None]
+    base = grpo(jnp.asarray(rewards), jnp.asarray(group_ids))
+    atoms = max(g.marginals.shape[1] for g in credits)
+    inputs = batch_inputs(credits, ROWS, TURNS, max(8, 1 << (atoms - 1).bit_length()))
+    result = redistribute(base, inputs["marginals"], inputs["eligible"], inputs["omega"],
+                          turn_valid, group_ids, redistribution or RedistributionConfig())
+    return result, inputs, turn_valid
+
+
+def _egg_group(config=None):
+    rollouts = [_rollout(SUCCESS, 1.0), _rollout(WRONG_PLACE, 0.0), _rollout(SUCCESS_2, 1.0),
+                _rollout(WRONG_PLACE_2, 0.0)]
+    base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]), jnp.zeros(4, jnp.int32)))
+    return rollouts, credit_group(HouseholdVerifier(KITCHEN), rollouts, base,
+                                  config=config or VictHostConfig())
+
+
+def test_egg_example_of_the_spec():
+    rollouts, group = _egg_group()
+    result, inputs, _ = _kernel([rollouts], [group])
+    vict = np.asarray(result.corrections)
+    take, heat, put = 2, 4, 6
+    for success in (0, 2):  # take, heat and place are credited; walking is not
+        assert vict[success, take] > 0 and vict[success, heat] > 0 and vict[success, put] > 0
+        assert vict[success, 0] == vict[success, 3] == vict[success, 5] == 0
+    for failure in (1, 3):  # take and heat positive, the wrong put negative
+        assert vict[failure, take] > 0 and vict[failure, heat] > 0 and vict[failure, put] < 0
+    failure = group.attributions[1]
+    assert failure.core == {2} and failure.prerequisites == {0, 1}
+    # Opening the fridge revealed the egg that was then taken: a reveal edge on its path.
+    assert group.traces[0].omega[1, 0] == pytest.approx(1.0)
+    assert int(eligibility_violations(result.corrections, result.normalised.values,
+                                      inputs["eligible"], inputs["omega"])) == 0
+
+
+def test_proof_records_explain_every_correction():
+    rollouts, group = _egg_group()
+    result, inputs, _ = _kernel([rollouts], [group])
+    records = proof_records([group], np.asarray(result.normalised.values), inputs["omega"])
+    vict = np.asarray(result.corrections)
+    total = np.zeros_like(vict)
+    for r in records:
+        total[r["rollout"], r["turn"]] += r["correction"]
+        assert r["witness"] and r["core"] and r["marginal"] != 0
+    np.testing.assert_allclose(total, vict, atol=1e-5)
+    put = [r for r in records if r["rollout"] == 1 and r["turn"] == 6]
+    assert [(r["atom"], r["witness"]) for r in put] == [("placed:egg:countertop", "commit")]
+    assert put[0]["correction"] < 0
+
+
+def test_abstention_reasons_are_reachable_and_counted():
+    chain = [[], [0], [1]]
+    verifier = SyntheticVerifier(chain)
+
+    def rollout(path, reward):
+        states = tuple(tuple(int(s) for s in z) for z in path)
+        return Rollout(states, tuple(f"act {t}" for t in range(len(path) - 1)), reward)
+
+    win = rollout([(UNSAT, UNSAT, UNSAT), (SAT, UNSAT, UNSAT), (SAT, SAT, UNSAT), (SAT,) * 3], 1)
+    lost = rollout([(UNK, UNSAT, UNSAT), (UNK, UNSAT, UNSAT)], 0.0)  # never saw the object
+    cases = {
+        "near-tie": (verifier, [win, win], [0.0, 0.0], VictHostConfig()),
+        "conformance": (verifier, [rollout(win.states, 0.0)], [1.0], VictHostConfig()),
+        "core-search-failed": (verifier, [lost], [-1.0], VictHostConfig()),
+        "budget": (verifier, [win], [1.0], VictHostConfig(core=_core(budget=0))),
+        "uncertainty-band": (verifier, [win], [1.0], VictHostConfig(core=_core(eta=0.3))),
+    }
+    for reason, (v, rollouts, base, config) in cases.items():
+        group = credit_group(v, rollouts, base, config=config)
+        assert set(group.reasons) == {reason}, reason
+    # Atom-level: an atom satisfied from the start has no writer; a terminal atom no edge.
+    kinds = [Kind.STATE, Kind.STATE, Kind.TERMINAL]
+    terminal = SyntheticVerifier(chain, kinds=kinds)
+    early = rollout([(SAT, UNSAT, UNSAT), (SAT, SAT, UNSAT), (SAT, SAT, SAT)], 1.0)
+    group = credit_group(terminal, [early, early], [1.0, 1.0])
+    assert set(group.atom_reasons.values()) == {"missing-proof-support", "terminal-only"}
+    result, inputs, turn_valid = _kernel([[early, early]], [group])
+    numbers = diagnostics([group], result, inputs, turn_valid)
+    assert numbers["abstain_terminal-only_pct"] == pytest.approx(100 / 3)
+    assert numbers["abstain_missing-proof-support_pct"] == pytest.approx(100 / 3)
+    # Normalisation: one supported rollout is too few; equal marginals have zero spread.
+    single = credit_group(verifier, [win, lost], [1.0, -1.0])
+    result, inputs, turn_valid = _kernel([[win, lost]], [single])
+    assert diagnostics([single], result, inputs, turn_valid)["abstain_too-few-supported_pct"] \
+        == 100.0
+    pair = credit_group(verifier, [win, win], [1.0, 1.0])
+    result, inputs, turn_valid = _kernel([[win, win]], [pair],
+                                         redistribution=RedistributionConfig(center=True))
+    assert diagnostics([pair], result, inputs, turn_valid)["abstain_zero-scale_pct"] == 100.0
+
+
+def _core(**kwargs):
+    from vict_jax.core import CoreConfig
+
+    return CoreConfig(**kwargs)
+
+
+def _env_groups(name, n_groups=3, size=6, seed=0):
+    """Groups of rollouts on one task each: expert, random and mixed policies."""
+    env, rng = envs.make(name), random.Random(seed)
+    groups, verifiers = [], []
+    for task in env.tasks(env.splits[0])[: n_groups]:
+        group = []
+        for k in range(size):
+            rate = (0.0, 0.3, 0.6, 1.0)[k % 4]
+            env.reset(task)
+            states, actions, reward = [env.snapshot()], [], 0.0
+            for _ in range(env.max_turns):
+                action = env.random_action(rng) if rng.random() < rate else env.expert_action()
+                step = env.step(action)
+                actions.append(action)
+                states.append(env.snapshot())
+                if step.done:
+                    reward = step.reward
+                    break
+            group.append(Rollout(tuple(states), tuple(actions), reward))
+        groups.append(group)
+        verifiers.append(env.verifier(task))
+    return groups, verifiers
+
+
+@pytest.mark.parametrize("name", envs.names())
+def test_eligibility_invariant_on_every_environment(name):
+    groups, verifiers = _env_groups(name)
+    credits = []
+    for verifier, group in zip(verifiers, groups):
+        base = np.asarray(grpo(jnp.asarray([r.reward for r in group]),
+                               jnp.zeros(len(group), jnp.int32)))
+        credits.append(credit_group(verifier, group, base))
+    result, inputs, turn_valid = _kernel(groups, credits)
+    assert int(eligibility_violations(result.corrections, result.normalised.values,
+                                      inputs["eligible"], inputs["omega"])) == 0
+    numbers = diagnostics(credits, result, inputs, turn_valid)
+    assert numbers["eligibility_pass_pct"] == 100.0
+    assert "| proof_coverage_pct |" in table(numbers)
+    repeat = [credit_group(v, g, np.asarray(grpo(jnp.asarray([r.reward for r in g]),
+                                                 jnp.zeros(len(g), jnp.int32))))
+              for v, g in zip(verifiers, groups)]
+    for a, b in zip(credits, repeat):
+        np.testing.assert_array_equal(a.marginals, b.marginals)
+        np.testing.assert_array_equal(a.omega, b.omega)
+
+
+@pytest.mark.parametrize("credit", CREDITS)
+def test_ablations_produce_valid_kernel_inputs(credit):
+    rollouts, group = _egg_group(VictHostConfig(credit=credit))
+    _, reference = _egg_group()
+    result, inputs, _ = _kernel([rollouts], [group])
+    assert np.isfinite(np.asarray(result.advantages)).all()
+    assert int(eligibility_violations(result.corrections, result.normalised.values,
+                                      inputs["eligible"], inputs["omega"])) == 0
+    edges = group.omega > 0
+    if credit == "commit-only":
+        assert edges.any(axis=2).sum(axis=1).tolist() == [1, 1, 1, 1]  # only the put
+    elif credit == "placebo":
+        credited = (reference.omega > 0).any(axis=2).sum(axis=1)
+        assert edges.any(axis=2).sum(axis=1).tolist() == credited.tolist()
+        again = _egg_group(VictHostConfig(credit=credit))[1]
+        np.testing.assert_array_equal(group.omega, again.omega)
+    elif credit == "no-core":
+        assert group.attributions[1].core == {2}  # the only unsatisfied atom
+        assert group.attributions[0].core == {0, 1, 2}
+    elif credit == "dense-atom-reward":
+        assert (group.marginals >= 0).all()
+        assert group.omega[1, 6].sum() == 0  # the wrong put improved nothing
+    elif credit == "temporal-nearest":
+        assert (edges.sum(axis=1) <= 1).all()
+    elif credit == "no-proof-edges":
+        assert edges[:, :4].sum() == 0 and edges[:, 4:].all()
+    elif credit == "vict":
+        np.testing.assert_array_equal(group.omega, reference.omega)
+
+
+def test_trace_statuses_and_edges_of_the_egg():
+    verifier = HouseholdVerifier(KITCHEN)
+    trace = proof_graph(verifier, _rollout(SUCCESS, 1.0).states, SUCCESS)
+    edges = {(e.turn, e.atom, e.relation) for e in trace.edges}
+    assert edges == {(1, 0, "reveal"), (2, 0, "write"), (4, 1, "write"), (4, 2, "write"),
+                     (6, 2, "write"), (6, 2, "commit")}
+    with pytest.raises(ValueError, match="one more snapshot"):
+        proof_graph(verifier, _rollout(SUCCESS, 1.0).states[:-1], SUCCESS)
+
+
+def test_audit_masks_a_family_and_rejects_a_broken_aggregator():
+    verifier = SyntheticVerifier([[], [0]])
+    good = audit_lib.audit(verifier, [(SAT, SAT), (SAT, UNSAT)])
+    assert good.accepted and good.reconstruction_pct == 100 and not good.masked_families
+    wrong_rewards = audit_lib.audit(verifier, [(SAT, SAT)], rewards=[0.0])
+    assert not wrong_rewards.accepted and wrong_rewards.reconstruction_pct == 0
+
+    class LyingMutations(SyntheticVerifier):
+        def score(self, state):  # the environment's reward ignores atom 0
+            return float(state[1] == SAT)
+
+    lying = audit_lib.audit(LyingMutations([[], [0]]), [(SAT, SAT)])
+    assert lying.accepted and lying.masked_families == {"f0"} and lying.mutation_pct == 0
+    household = audit_lib.audit_environment(envs.make("household"),
+                                            envs.make("household").tasks("eval")[:10])
+    assert household.accepted and household.reconstruction_pct == 100.0
+    assert household.mutation_pct == 100.0 and household.mutations > 0

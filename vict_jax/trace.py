@@ -1,0 +1,143 @@
+"""Temporal atom statuses and the proof graph of one logged trajectory (SPEC §4.3).
+
+A trajectory is the snapshots ``s_0 .. s_T`` (``s_t`` after ``t`` actions) and the actions
+``a_0 .. a_{T-1}``. The verifier's evidence extractor turns each snapshot into ``Φ_t`` and its
+atoms into statuses ``z[t, j]``. Action ``t`` gets an edge to atom ``j`` when it
+
+- ``write``: changed one of the atom's state variables, ``Φ_{t+1}[v] != Φ_t[v]``;
+- ``reveal``: made the atom evaluable, ``z[t, j] = UNK`` and ``z[t+1, j] != UNK``;
+- ``commit``: finalises it, ``j ∈ C(a_t)``;
+- ``violation``: the atom became VIOL at ``t + 1``.
+
+Write, commit and violation edges weigh 1. Reveal edges count only when a later write or commit
+of the same atom exists (they lie on its support path); those share a total weight of 1.
+``omega[t, j]`` sums the weights of the edges between action t and atom j.
+
+The ablation edge rules of SPEC §4.7 are options of :func:`proof_graph`: ``commit-only`` keeps
+commit edges; ``temporal-nearest`` keeps, per atom, one edge to the last action that shares a
+word with the atom or writes one of its variables; ``no-proof-edges`` replaces witnesses by
+proximity (each atom linked to the last ``window`` actions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Hashable, Sequence
+from typing import Literal
+
+import numpy as np
+
+from envs.verifier import Status, Verifier
+
+RELATIONS = ("write", "reveal", "commit", "violation")
+EdgeRule = Literal["witness", "commit-only", "temporal-nearest", "no-proof-edges"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+    """A proof edge from action ``turn`` to atom ``atom``."""
+
+    turn: int
+    atom: int
+    relation: str
+    weight: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """Statuses and proof edges of one trajectory.
+
+    Attributes:
+      statuses: int8 [T+1, M], ``statuses[t]`` after t actions (values of ``Status``).
+      edges: the proof edges, sorted by (turn, atom, relation).
+      omega: float32 [T, M] witness weights.
+      writes: bool [T, M], action t changed a variable of atom j (used by ablations).
+    """
+
+    statuses: np.ndarray
+    edges: tuple[Edge, ...]
+    omega: np.ndarray
+    writes: np.ndarray
+
+    @property
+    def final(self) -> tuple[Status, ...]:
+        """The terminal statuses z̄."""
+        return tuple(Status(int(s)) for s in self.statuses[-1])
+
+
+def evaluate(verifier: Verifier, states: Sequence[Hashable]
+             ) -> tuple[np.ndarray, list[dict[str, Hashable]]]:
+    """Statuses int8 [T+1, M] and the evidence Φ_t of every snapshot."""
+    evidence = [verifier.evidence(s) for s in states]
+    statuses = np.array([verifier.evaluate(e) for e in evidence], np.int8)
+    return statuses.reshape(len(states), len(verifier.atoms)), evidence
+
+
+def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequence[str],
+                rule: EdgeRule = "witness", window: int = 3) -> Trace:
+    """The trace of one trajectory: ``len(states) == len(actions) + 1``."""
+    if len(states) != len(actions) + 1:
+        raise ValueError(f"need one more snapshot than actions, got {len(states)} snapshots "
+                         f"and {len(actions)} actions")
+    atoms = verifier.atoms
+    statuses, evidence = evaluate(verifier, states)
+    n_turns, n_atoms = len(actions), len(atoms)
+    writes = np.zeros((n_turns, n_atoms), bool)
+    for t in range(n_turns):
+        before, after = evidence[t], evidence[t + 1]
+        for j, atom in enumerate(atoms):
+            writes[t, j] = any(before.get(v) != after.get(v) for v in atom.state_vars)
+    commits = np.zeros((n_turns, n_atoms), bool)
+    for t, action in enumerate(actions):
+        for j in verifier.commits(action):
+            commits[t, j] = True
+    unk, viol = int(Status.UNK), int(Status.VIOL)
+    reveals = (statuses[:-1] == unk) & (statuses[1:] != unk)
+    violations = (statuses[1:] == viol) & (statuses[:-1] != viol)
+    if rule == "witness":
+        edges = _witness_edges(writes, reveals, commits, violations)
+    elif rule == "commit-only":
+        edges = [Edge(t, j, "commit", 1.0) for t, j in zip(*np.nonzero(commits))]
+    elif rule == "temporal-nearest":
+        edges = _nearest_edges(atoms, actions, writes)
+    elif rule == "no-proof-edges":
+        edges = [Edge(t, j, "proximity", 1.0)
+                 for t in range(max(0, n_turns - window), n_turns) for j in range(n_atoms)]
+    else:
+        raise ValueError(f"unknown edge rule {rule!r}")
+    edges = sorted((Edge(int(e.turn), int(e.atom), e.relation, e.weight) for e in edges),
+                   key=lambda e: (e.turn, e.atom, e.relation))
+    omega = np.zeros((n_turns, n_atoms), np.float32)
+    for e in edges:
+        omega[e.turn, e.atom] += e.weight
+    return Trace(statuses, tuple(edges), omega, writes)
+
+
+def _witness_edges(writes, reveals, commits, violations) -> list[Edge]:
+    edges = []
+    for relation, hits in (("write", writes), ("commit", commits), ("violation", violations)):
+        edges += [Edge(t, j, relation, 1.0) for t, j in zip(*np.nonzero(hits))]
+    supported = writes | commits
+    for j in range(writes.shape[1]):
+        later = np.nonzero(supported[:, j])[0]
+        if not later.size:
+            continue
+        on_path = [t for t in np.nonzero(reveals[:, j])[0] if t < later[-1]]
+        edges += [Edge(t, j, "reveal", 1.0 / len(on_path)) for t in on_path]
+    return edges
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _nearest_edges(atoms, actions: Sequence[str], writes: np.ndarray) -> list[Edge]:
+    edges = []
+    for j, atom in enumerate(atoms):
+        names = _words(atom.id)
+        for t in range(len(actions) - 1, -1, -1):
+            if writes[t, j] or names & _words(actions[t]):
+                edges.append(Edge(t, j, "nearest", 1.0))
+                break
+    return edges
