@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import envs  # noqa: E402
-from bench import report  # noqa: E402
-from envs.pool import EnvPool  # noqa: E402
+import envs
+from bench import report
+from envs.pool import EnvPool
 
 TARGETS = {"household": (20_000.0, 20.0)}
 POOL_SLOTS, POOL_WORKERS = 64, 2
@@ -53,7 +53,7 @@ def record(name: str, episodes: int, seed: int = 0) -> list[tuple[envs.Task, lis
 def steps_per_second(name: str, episodes) -> float:
     """Replays the episodes in this process; environment steps per second."""
     env = envs.make(name)
-    for task, actions in episodes[:3]:  # warm caches (generated worlds, indexes)
+    for task, _ in episodes[:3]:  # warm caches (generated worlds, indexes)
         env.reset(task)
     best = 0.0
     for _ in range(3):
@@ -122,8 +122,8 @@ def run(names: list[str], episodes: int) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| env | steps/s (1 core) | target | snapshot+restore µs | target | "
-             f"pool steps/s ({POOL_WORKERS} workers, {POOL_SLOTS} slots) |",
+    lines = [("| env | steps/s (1 core) | target | snapshot+restore µs | target | "
+              f"pool steps/s ({POOL_WORKERS} workers, {POOL_SLOTS} slots) |"),
              "|---|---:|---:|---:|---:|---:|"]
     for r in results:
         steps_target, latency_target = TARGETS.get(r["env"], (None, None))

@@ -33,3 +33,12 @@ def test_env_bench_runs():
     assert row["steps"] > 0 and row["steps_per_s"] > 0 and row["pool_steps_per_s"] > 0
     assert 0 < row["snapshot_restore_us"]
     assert "| household |" in bench.table(results)
+
+
+def test_vict_overhead_bench_runs():
+    bench = load_bench("vict_overhead")
+    results = bench.run(["household"], groups=2)
+    row = results[0]
+    assert row["groups"] == 2 and row["actions"] > 0
+    assert row["env_ms_per_group"] > 0 and row["vict_ms_per_group"] > 0
+    assert "| household | 2 |" in bench.table(results)

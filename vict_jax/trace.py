@@ -22,6 +22,7 @@ proximity (each atom linked to the last ``window`` actions).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Hashable, Sequence
 from typing import Literal
@@ -83,11 +84,7 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     atoms = verifier.atoms
     statuses, evidence = evaluate(verifier, states)
     n_turns, n_atoms = len(actions), len(atoms)
-    writes = np.zeros((n_turns, n_atoms), bool)
-    for t in range(n_turns):
-        before, after = evidence[t], evidence[t + 1]
-        for j, atom in enumerate(atoms):
-            writes[t, j] = any(before.get(v) != after.get(v) for v in atom.state_vars)
+    writes = _writes(atoms, evidence)
     commits = np.zeros((n_turns, n_atoms), bool)
     for t, action in enumerate(actions):
         for j in verifier.commits(action):
@@ -112,6 +109,18 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     for e in edges:
         omega[e.turn, e.atom] += e.weight
     return Trace(statuses, tuple(edges), omega, writes)
+
+
+def _writes(atoms, evidence: list[dict[str, Hashable]]) -> np.ndarray:
+    """bool [T, M]: action t changed a variable that atom j reads."""
+    names = sorted({v for atom in atoms for v in atom.state_vars})
+    column = {v: k for k, v in enumerate(names)}
+    changed = np.array([[before.get(v) != after.get(v) for v in names]
+                        for before, after in itertools.pairwise(evidence)], bool)
+    reads = np.zeros((len(names), len(atoms)), bool)
+    for j, atom in enumerate(atoms):
+        reads[[column[v] for v in atom.state_vars], j] = True
+    return changed.reshape(len(evidence) - 1, len(names)) @ reads
 
 
 def _witness_edges(writes, reveals, commits, violations) -> list[Edge]:

@@ -43,13 +43,18 @@ def closure_down(parents, atoms):
         out |= more
 
 
-def closure_up(parents, statuses, atoms):
-    out = set(atoms)
+def ancestors(parents, atoms):
+    out = set()
     while True:
-        more = {p for j in out for p in parents[j] if statuses[p] in (UNSAT, VIOL)} - out
+        more = {p for j in set(atoms) | out for p in parents[j]} - out
         if not more:
             return out
         out |= more
+
+
+def closure_up(parents, statuses, atoms):
+    """The atoms and every unsatisfied ancestor, also one reached through satisfied atoms."""
+    return set(atoms) | {a for a in ancestors(parents, atoms) if statuses[a] in (UNSAT, VIOL)}
 
 
 def game(parents, statuses, aggregate, q):
@@ -110,8 +115,7 @@ def test_core_and_shapley_match_brute_force(instance):
         repaired = list(statuses)
         for j in core:
             repaired[j] = SAT
-        prerequisites = {a for j in core for a in closure_up(parents, [UNSAT] * len(statuses), [j])
-                         if statuses[a] == SAT} - set(core)
+        prerequisites = {a for a in ancestors(parents, core) if statuses[a] == SAT} - set(core)
         assert found.prerequisites == frozenset(prerequisites)
         support = shapley_by_permutations(game(parents, repaired, aggregate, +1),
                                           sorted(prerequisites | set(core)))
