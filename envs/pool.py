@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
+import random
 import traceback
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -73,6 +74,8 @@ def _apply(envs: dict[int, Env], factory: _Factory, op: str, slot: int, arg: Any
     if op == "restore":
         env.restore(arg)
         return None, arg
+    if op == "random_action":
+        return env.random_action(random.Random(arg)), None
     if op in QUERIES:
         return getattr(env, op)(), None
     raise ValueError(f"unknown pool operation {op!r}")
@@ -147,6 +150,10 @@ class EnvPool:
         if op not in QUERIES:
             raise ValueError(f"unknown query {op!r}; expected one of {QUERIES}")
         return self._call(op, slots, [None] * len(slots))
+
+    def random_actions(self, slots: Sequence[int], seeds: Sequence[int]) -> list[str]:
+        """Each slot's ``random_action``, drawn with ``random.Random(seeds[i])``."""
+        return self._call("random_action", slots, seeds)
 
     def pids(self) -> list[int]:
         """The worker process ids (they change when a worker is replaced)."""

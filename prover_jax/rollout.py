@@ -1,0 +1,166 @@
+"""The multi-turn rollout engine: many episodes at once over an environment pool.
+
+An :class:`Episode` records everything later stages need: the observations the policy saw,
+its actions (with token ids and log-probs when the policy is a model), whether the environment
+accepted each action, the snapshot after every action, and the reward. ``Episode.prefix(t)``
+cuts an episode before its turn ``t``; :func:`run` continues any mix of fresh starts and
+prefixes to termination (or for a fixed number of actions), batching one policy call and one
+pool step per turn over every live episode. This is how groups are rolled out and how ProVer
+and SPO restore a mid-episode state and sample continuations from it.
+
+A :class:`Policy` maps contexts (the episode so far) to actions. :class:`ScriptedPolicy`
+(the environment's expert, with random actions mixed in) needs no model and stays useful in
+tests and benchmarks; the JAX model policy of the trainer implements the same protocol.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import random
+from collections.abc import Hashable, Sequence
+
+from envs.base import Task
+from envs.pool import EnvPool
+
+
+@dataclasses.dataclass(frozen=True)
+class Action:
+    """One policy action: its text and, for a model policy, its tokens and log-probs."""
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """A (possibly unfinished) episode.
+
+    ``observations[t]`` is what the policy saw before action t (``observations[0]`` is the reset
+    text) and ``observations[T]`` the observation after the last action; ``states[t]`` is the
+    snapshot before action t. A fresh episode not yet reset has no observations.
+    """
+
+    task: Task
+    observations: tuple[str, ...] = ()
+    actions: tuple[Action, ...] = ()
+    valid: tuple[bool, ...] = ()
+    states: tuple[Hashable, ...] = ()
+    reward: float = 0.0
+    done: bool = False
+    truncated: bool = False
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.actions)
+
+    def prefix(self, turn: int) -> Episode:
+        """The episode before action ``turn`` (its state is ``states[turn]``), not done."""
+        if not 0 <= turn <= self.num_turns:
+            raise ValueError(f"turn {turn} outside 0..{self.num_turns}")
+        return Episode(self.task, self.observations[: turn + 1], self.actions[:turn],
+                       self.valid[:turn], self.states[: turn + 1])
+
+    def extend(self, action: Action, observation: str, valid: bool, state: Hashable,
+               reward: float, done: bool, truncated: bool) -> Episode:
+        """The episode with one more action."""
+        return dataclasses.replace(
+            self, observations=self.observations + (observation,),
+            actions=self.actions + (action,), valid=self.valid + (valid,),
+            states=self.states + (state,), reward=reward, done=done, truncated=truncated)
+
+
+class Policy(abc.ABC):
+    """Chooses the next action of each episode."""
+
+    @abc.abstractmethod
+    def act(self, episodes: Sequence[Episode], slots: Sequence[int], pool: EnvPool,
+            rng: random.Random) -> list[Action]:
+        """One action per episode; ``slots[i]`` holds ``episodes[i]`` in ``pool``."""
+
+
+class ScriptedPolicy(Policy):
+    """The environment's expert, replaced by a random action with probability ``epsilon``."""
+
+    def __init__(self, epsilon: float = 0.0):
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.epsilon = epsilon
+
+    def act(self, episodes, slots, pool, rng):
+        del episodes
+        explore = [rng.random() < self.epsilon for _ in slots]
+        seeds = [rng.getrandbits(63) for _ in slots]
+        expert = [s for s, e in zip(slots, explore) if not e]
+        randoms = [(s, seed) for s, e, seed in zip(slots, explore, seeds) if e]
+        texts = dict(zip(expert, pool.query("expert_action", expert))) if expert else {}
+        if randoms:
+            chosen = pool.random_actions([s for s, _ in randoms], [seed for _, seed in randoms])
+            texts.update(zip([s for s, _ in randoms], chosen))
+        return [Action(texts[s]) for s in slots]
+
+
+def start(task: Task) -> Episode:
+    """A fresh episode of ``task`` (``run`` resets it)."""
+    return Episode(task)
+
+
+def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.Random,
+        max_actions: int | None = None) -> list[Episode]:
+    """Continues every episode to termination (or for ``max_actions`` more actions).
+
+    Fresh episodes are reset; prefixes are restored from their last snapshot. At most
+    ``pool.num_slots`` episodes run at once; the rest wait for a free slot.
+
+    Args:
+      pool: the environment pool (its kind must match the episodes' tasks).
+      policy: chooses actions.
+      episodes: fresh starts and/or unfinished prefixes.
+      rng: the source of the policy's randomness (the run is deterministic given it).
+      max_actions: stop each episode after this many new actions (None: run to the end).
+
+    Returns:
+      The continued episodes, in input order.
+    """
+    finished: dict[int, Episode] = {}
+    queue = list(range(len(episodes)))[::-1]
+    running: dict[int, tuple[int, Episode, int]] = {}  # slot -> (index, episode, actions taken)
+    for i, episode in enumerate(episodes):
+        if episode.done or max_actions == 0:
+            finished[i] = episode
+    queue = [i for i in queue if i not in finished]
+    while queue or running:
+        free = [s for s in range(pool.num_slots) if s not in running]
+        _admit(pool, episodes, queue, free, running)
+        slots = sorted(running)
+        actions = policy.act([running[s][1] for s in slots], slots, pool, rng)
+        steps = pool.step(slots, [a.text for a in actions])
+        states = pool.snapshot(slots)
+        for slot, action, step, state in zip(slots, actions, steps, states):
+            index, episode, taken = running.pop(slot)
+            episode = episode.extend(action, step.obs, bool(step.info["valid"]), state,
+                                     step.reward, step.done, bool(step.info["truncated"]))
+            taken += 1
+            if episode.done or taken == max_actions:
+                finished[index] = episode
+            else:
+                running[slot] = (index, episode, taken)
+    return [finished[i] for i in range(len(episodes))]
+
+
+def _admit(pool, episodes, queue, free, running) -> None:
+    """Moves queued episodes into free slots: reset the fresh ones, restore the others."""
+    batch = [(slot, queue.pop()) for slot in free[: len(queue)]]
+    fresh = [(slot, i) for slot, i in batch if not episodes[i].observations]
+    resumed = [(slot, i) for slot, i in batch if episodes[i].observations]
+    if fresh:
+        slots = [slot for slot, _ in fresh]
+        observations = pool.reset(slots, [episodes[i].task for _, i in fresh])
+        states = pool.snapshot(slots)
+        for (slot, i), observation, state in zip(fresh, observations, states):
+            running[slot] = (i, Episode(episodes[i].task, (observation,), (), (), (state,)), 0)
+    if resumed:
+        pool.restore([slot for slot, _ in resumed], [episodes[i].states[-1] for _, i in resumed])
+        for slot, i in resumed:
+            running[slot] = (i, episodes[i], 0)
