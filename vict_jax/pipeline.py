@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
 from collections.abc import Hashable, Sequence
 from typing import Literal
 
@@ -245,3 +247,10 @@ def proof_records(groups: Sequence[GroupCredit], normalised: np.ndarray, omega: 
                 })
             row += 1
     return records
+
+
+def write_records(records: Sequence[dict], path: str | os.PathLike) -> None:
+    """Appends proof records to a JSONL file, one object per line."""
+    with open(path, "a", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, sort_keys=True) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from vict_jax.pipeline import (
     batch_inputs,
     credit_group,
     proof_records,
+    write_records,
 )
 from vict_jax.redistribute import RedistributionConfig, eligibility_violations, redistribute
 from vict_jax.trace import proof_graph
@@ -88,7 +90,7 @@ def test_egg_example_of_the_spec():
                                       inputs["eligible"], inputs["omega"])) == 0
 
 
-def test_proof_records_explain_every_correction():
+def test_proof_records_explain_every_correction(tmp_path):
     rollouts, group = _egg_group()
     result, inputs, _ = _kernel([rollouts], [group])
     records = proof_records([group], np.asarray(result.normalised.values), inputs["omega"])
@@ -101,6 +103,9 @@ def test_proof_records_explain_every_correction():
     put = [r for r in records if r["rollout"] == 1 and r["turn"] == 6]
     assert [(r["atom"], r["witness"]) for r in put] == [("placed:egg:countertop", "commit")]
     assert put[0]["correction"] < 0
+    write_records(records, tmp_path / "proofs.jsonl")
+    lines = (tmp_path / "proofs.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == records
 
 
 def test_abstention_reasons_are_reachable_and_counted():
