@@ -110,7 +110,8 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
         max_actions: int | None = None) -> list[Episode]:
     """Continues every episode to termination (or for ``max_actions`` more actions).
 
-    Fresh episodes are reset; prefixes are restored from their last snapshot. At most
+    Fresh episodes are reset (``max_actions=0`` only resets them); prefixes are restored from
+    their last snapshot. At most
     ``pool.num_slots`` episodes run at once; the rest wait for a free slot.
 
     Args:
@@ -123,16 +124,16 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
     Returns:
       The continued episodes, in input order.
     """
-    finished: dict[int, Episode] = {}
-    queue = list(range(len(episodes)))[::-1]
+    finished = {i: e for i, e in enumerate(episodes) if e.done}
+    queue = [i for i in reversed(range(len(episodes))) if i not in finished]
     running: dict[int, tuple[int, Episode, int]] = {}  # slot -> (index, episode, actions taken)
-    for i, episode in enumerate(episodes):
-        if episode.done or max_actions == 0:
-            finished[i] = episode
-    queue = [i for i in queue if i not in finished]
     while queue or running:
         free = [s for s in range(pool.num_slots) if s not in running]
         _admit(pool, episodes, queue, free, running)
+        if max_actions == 0:  # only reset or restore
+            finished.update({i: e for i, e, _ in running.values()})
+            running.clear()
+            continue
         slots = sorted(running)
         actions = policy.act([running[s][1] for s in slots], slots, pool, rng)
         steps = pool.step(slots, [a.text for a in actions])
