@@ -9,7 +9,7 @@ steps, and verification wall time over the wall time of rolling out the groups (
 The paper reports the cost in generated policy tokens: +2.4% on ALFWorld, +11.6% on WebShop,
 +16.8% on SearchQA. With a scripted policy, steps stand in for tokens (one action per step).
 
-Usage: python bench/prover_overhead.py [--groups 32] [--epsilon 0.5 0.7]
+Usage: python bench/prover_overhead.py [--groups 32] [--epsilon 0.7 0.8]
 Prints a table, writes bench/results/prover_overhead.json and updates bench/RESULTS.md.
 """
 
@@ -75,7 +75,7 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=32)
-    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.5, 0.7])
+    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.7, 0.8])
     parser.add_argument("--judges", nargs="*", default=["contrastive", "random"])
     args = parser.parse_args()
     results = [measure(args.groups, eps, judge) for eps in args.epsilon for judge in args.judges]

@@ -42,3 +42,10 @@ def test_vict_overhead_bench_runs():
     assert row["groups"] == 2 and row["actions"] > 0
     assert row["env_ms_per_group"] > 0 and row["vict_ms_per_group"] > 0
     assert "| household | 2 |" in bench.table(results)
+
+
+def test_prover_overhead_bench_runs():
+    bench = load_bench("prover_overhead")
+    row = bench.measure(groups=2, epsilon=0.8, judge="contrastive")
+    assert row["own_steps"] > 0 and row["rollout_s"] > 0
+    assert row["extra_steps"] >= 0 and "| 0.8 | contrastive | 2 |" in bench.table([row])
