@@ -160,4 +160,4 @@ def _load_builtin() -> None:
         importlib.import_module(module)
 
 
-_BUILTIN: Sequence[str] = ("envs.household", "envs.searchqa", "envs.webshop")
+_BUILTIN: Sequence[str] = ("envs.household", "envs.searchqa", "envs.webshop", "envs.tau")
