@@ -207,7 +207,7 @@ def _untile(tree):
 
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
             cache: Cache | None = None, use_chunks: bool | None = None,
-            last_only: bool = False) -> tuple[jax.Array, Cache | None]:
+            last_only: bool = False, remat: bool = False) -> tuple[jax.Array, Cache | None]:
     """Logits of every token, and the updated cache.
 
     Layers are scanned in tiles of `cfg.pattern` (one layer for Qwen2/3, e.g. three DeltaNet
@@ -222,6 +222,8 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
         clamped by XLA and would overwrite the last slots: size caches for the whole episode).
       use_chunks: DeltaNet form (None: chunked for L >= 64).
       last_only: compute logits for the last position only ([B, 1, V]), as sampling needs.
+      remat: recompute each layer tile's activations in the backward pass, keeping only its
+        input (training memory; no effect on the values).
 
     Returns:
       (float32 logits [B, L, V], the cache with these tokens written, or None).
@@ -278,6 +280,8 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
                           ((new_history, history), (new_state, state)))
         return x, (stacked_kv, recurrent)
 
+    if remat:
+        tile = jax.checkpoint(tile, prevent_cse=False)
     x, (kv_out, (history, state)) = jax.lax.scan(tile, x, xs)
     if last_only:
         x = x[:, -1:]

@@ -1,0 +1,216 @@
+"""PPO-clip loss over the padded token batch, with KL to a reference policy and entropy.
+
+Alignment. The model reads `tokens [B, L]` and its logits at position u predict token u+1, so
+the log-probability of token u (the quantity the sampler recorded when it emitted u) comes from
+the logits at u-1:
+
+    logprobs[b, u] = log_softmax(logits[b, u - 1])[tokens[b, u]]    for u >= 1
+
+Every per-token array of the learner (`logprobs`, `old_logprobs`, `ref_logprobs`, `advantages`,
+`loss_mask`) is indexed by the token it scores, on the same grid as `tokens`. Column 0 has no
+context to be predicted from: its log-probability is 0 and it never counts in the loss (a
+conversation opens with a prompt, so `validate_train_batch` rejects a policy token there).
+
+Aggregation. The loss is a weighted sum `Σ_bu w[b, u] · term[b, u]` with weights computed once
+from the whole batch's mask (`loss_weights`), so splitting the batch into micro-batches and
+adding their sums gives the same loss and gradient as one big batch:
+
+- token-mean: `w = m / Σ m` (every loss token of the batch counts equally);
+- sequence-mean: `w = m / (n_b · S)` with `n_b` the row's loss tokens and `S` the rows that
+  have any;
+- dr-grpo: `w = m / (N · C)` with `N` the real rows (any `loss_mask` token) and `C` a constant
+  length (Dr.GRPO's normaliser; default the padded L), so a token's weight never depends on
+  its sequence's length.
+
+`m` is `loss_mask` minus SPO's high-probability tokens (`credit.high_prob_mask`) minus column 0.
+Metrics that describe the policy (entropy, clip fraction, the raw KL estimate) are token means
+whatever the aggregation.
+
+Glossary: b rows, l tokens, v vocab.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from prover_jax.checks import check_arrays
+from prover_jax.learner.config import LossConfig
+
+
+class Weights(NamedTuple):
+    """Per-token weights of one batch, both float32 [B, L] and zero off the loss tokens."""
+
+    loss: jax.Array  # the aggregation mode's weights: the loss is Σ loss · term
+    mean: jax.Array  # token-mean weights, for metrics
+
+
+@jax.jit
+def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Log-probability and predictive entropy of every token under the logits before it.
+
+    Args:
+      logits: float [B, L, V]; logits[b, u] predicts tokens[b, u + 1].
+      tokens: int [B, L].
+
+    Returns:
+      (logprobs, entropy), float32 [B, L]: `logprobs[b, u] = log p(tokens[b, u] | tokens[b, :u])`
+      and `entropy[b, u]` the entropy of that distribution, for u >= 1; column 0 is 0. Entropy is
+      a metric and carries no gradient.
+    """
+    check_arrays({"logits": (logits, "b l v", "f"), "tokens": (tokens, "b l", "i")})
+    logits = logits.astype(jnp.float32)
+    normaliser = jax.nn.logsumexp(logits, axis=-1)  # [B, L]
+    following = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    picked = jnp.take_along_axis(logits, following[..., None], axis=-1)[..., 0]
+    fixed = jax.lax.stop_gradient(logits)
+    probs = jnp.exp(fixed - jax.lax.stop_gradient(normaliser)[..., None])
+    entropy = jax.lax.stop_gradient(normaliser) - jnp.sum(probs * fixed, axis=-1)
+    return _shift_right(picked - normaliser), _shift_right(entropy)
+
+
+def _shift_right(x: jax.Array) -> jax.Array:
+    """[B, L] values at u-1 moved to u; column 0 becomes 0."""
+    return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+
+
+def trained_tokens(loss_mask: jax.Array, high_prob: jax.Array | None = None) -> jax.Array:
+    """bool [B, L]: the tokens the loss trains on.
+
+    `loss_mask` without column 0 (no prediction for it) and, for SPO, without the tokens of
+    `high_prob` (bool [B, L], `credit.high_prob_mask`).
+    """
+    mask = jnp.asarray(loss_mask).at[:, 0].set(False)
+    return mask if high_prob is None else mask & ~high_prob
+
+
+def loss_weights(mask: jax.Array, loss_mask: jax.Array, cfg: LossConfig) -> Weights:
+    """Per-token weights of the aggregation mode (see the module docstring).
+
+    Args:
+      mask: bool [B, L], the trained tokens (`trained_tokens`).
+      loss_mask: bool [B, L], the batch's policy tokens; its rows with any token are the
+        sequences Dr.GRPO divides by.
+      cfg: LossConfig.
+
+    Returns:
+      Weights; an all-false mask gives all-zero weights (a zero loss, not NaN).
+    """
+    check_arrays({"mask": (mask, "b l", "b"), "loss_mask": (loss_mask, "b l", "b")})
+    m = mask.astype(jnp.float32)
+    mean = m / jnp.maximum(m.sum(), 1.0)
+    if cfg.aggregation == "token-mean":
+        loss = mean
+    elif cfg.aggregation == "sequence-mean":
+        per_row = m.sum(axis=1, keepdims=True)
+        rows = jnp.maximum((per_row > 0).sum(), 1)
+        loss = m / jnp.maximum(per_row, 1.0) / rows
+    else:
+        length = cfg.dr_grpo_length or mask.shape[1]
+        rows = jnp.maximum(loss_mask.any(axis=1).sum(), 1)
+        loss = m / (rows * length)
+    return Weights(loss, mean)
+
+
+def token_terms(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
+                mask: jax.Array, cfg: LossConfig,
+                ref_logprobs: jax.Array | None = None) -> dict[str, jax.Array]:
+    """PPO-clip surrogate, clipping indicator and KL estimate of every token.
+
+    With `r = exp(logprobs - old_logprobs)` and advantage A:
+    `policy = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)`; `clipped` is 1 where the
+    clipped branch is the smaller one (its gradient is zero there). KL to the reference:
+    k1 `= logprobs - ref_logprobs`; k3 `= exp(ref - logprobs) - (ref - logprobs) - 1`.
+    Log-ratios and advantages are zeroed off `mask` first, so whatever lies there (padding,
+    prompt tokens) cannot overflow into NaN.
+
+    Args:
+      logprobs, old_logprobs, advantages: float [B, L].
+      mask: bool [B, L], the trained tokens.
+      cfg: LossConfig.
+      ref_logprobs: float [B, L]; required when `cfg.kl_coef > 0`.
+
+    Returns:
+      {"policy", "clipped", "kl"}: float32 [B, L] each ("kl" is 0 without a reference).
+    """
+    log_ratio = jnp.where(mask, logprobs - old_logprobs, 0.0)
+    advantages = jnp.where(mask, advantages, 0.0)
+    ratio = jnp.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * advantages
+    terms = {"policy": -jnp.minimum(unclipped, clipped),
+             "clipped": (clipped < unclipped).astype(jnp.float32)}
+    if ref_logprobs is None:
+        terms["kl"] = jnp.zeros_like(log_ratio)
+    else:
+        ref_log_ratio = jnp.where(mask, ref_logprobs - logprobs, 0.0)
+        terms["kl"] = (-ref_log_ratio if cfg.kl_estimator == "k1"
+                       else jnp.exp(ref_log_ratio) - ref_log_ratio - 1.0)
+    return terms
+
+
+def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Array,
+                  advantages: jax.Array, mask: jax.Array, weights: Weights, cfg: LossConfig,
+                  ref_logprobs: jax.Array | None = None) -> dict[str, jax.Array]:
+    """The loss and its metrics as weighted sums over one (micro-)batch.
+
+    Sums over micro-batches of the same batch (with weights from the whole batch) add up to the
+    whole batch's values.
+
+    Args:
+      logprobs, entropy: float [B, L] from `next_token_logprobs` under the current params.
+      old_logprobs, advantages: float [B, L].
+      mask: bool [B, L], the trained tokens.
+      weights: `loss_weights` of the whole batch, sliced like the other arrays.
+      cfg: LossConfig.
+      ref_logprobs: float [B, L] or None.
+
+    Returns:
+      float32 scalars: "loss" (`policy_loss + kl_coef · kl_loss`), "policy_loss", "kl_loss"
+      (the KL aggregated like the loss), and token means "kl", "entropy", "clip_fraction".
+    """
+    check_arrays({"logprobs": (logprobs, "b l", "f"), "entropy": (entropy, "b l", "f"),
+                  "old_logprobs": (old_logprobs, "b l", "f"),
+                  "advantages": (advantages, "b l", "f"), "mask": (mask, "b l", "b"),
+                  "weights.loss": (weights.loss, "b l", "f"),
+                  "weights.mean": (weights.mean, "b l", "f")})
+    if cfg.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("ref_logprobs: required when kl_coef > 0")
+    terms = token_terms(logprobs, old_logprobs, advantages, mask, cfg, ref_logprobs)
+    policy_loss = jnp.sum(weights.loss * terms["policy"])
+    kl_loss = jnp.sum(weights.loss * terms["kl"])
+    return {"loss": policy_loss + cfg.kl_coef * kl_loss, "policy_loss": policy_loss,
+            "kl_loss": kl_loss, "kl": jnp.sum(weights.mean * terms["kl"]),
+            "entropy": jnp.sum(weights.mean * entropy),
+            "clip_fraction": jnp.sum(weights.mean * terms["clipped"])}
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
+                loss_mask: jax.Array, cfg: LossConfig, ref_logprobs: jax.Array | None = None,
+                high_prob: jax.Array | None = None,
+                entropy: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The PPO-clip loss of one whole batch, from per-token log-probabilities.
+
+    Args:
+      logprobs: float [B, L], current policy (`next_token_logprobs`); the gradient flows here.
+      old_logprobs: float [B, L], the policy that sampled the batch.
+      advantages: float [B, L], per-token advantages (a credit kernel's output).
+      loss_mask: bool [B, L], policy tokens.
+      cfg: LossConfig.
+      ref_logprobs: float [B, L], reference policy; required when `cfg.kl_coef > 0`.
+      high_prob: bool [B, L], tokens to drop from the loss (SPO's `credit.high_prob_mask`).
+      entropy: float [B, L], for the entropy metric (0 when None).
+
+    Returns:
+      (loss scalar, metrics of `weighted_loss`).
+    """
+    mask = trained_tokens(loss_mask, high_prob)
+    weights = loss_weights(mask, loss_mask, cfg)
+    entropy = jnp.zeros_like(logprobs) if entropy is None else entropy
+    metrics = weighted_loss(logprobs, entropy, old_logprobs, advantages, mask, weights, cfg,
+                            ref_logprobs)
+    return metrics["loss"], metrics

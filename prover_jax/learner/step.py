@@ -1,0 +1,393 @@
+"""The sharded train step and the log-probability function of the learner.
+
+One step: per-token weights from the whole batch (`loss.loss_weights`), the batch split into
+micro-batches, gradients accumulated over them in `lax.scan`, then global-norm clipping and
+AdamW. Master weights, gradients and optimizer state are float32; the forward and backward pass
+run in `LearnerConfig.compute_dtype` (a cast of the params inside the differentiated function,
+so gradients arrive in float32). Logits and the loss are float32 whatever the compute dtype.
+
+Sharding. Params and optimizer moments follow `models.qwen.sharding.LEARNER_RULES` (FSDP: the
+model width over "data"; heads, MLP and vocab over "model", which is tensor parallelism when the
+mesh has a "model" axis > 1); every batch array is split over "data" along rows. A micro-batch
+takes every n-th row (`split_micro_batches`), so each one stays spread over all data shards.
+
+Positions are `0..L-1` on every row: rows are left-aligned and attention is causal, so right
+padding never changes the logits of the real tokens before it.
+
+Glossary: b rows, l tokens, n micro-batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from models.qwen.config import QwenConfig
+from models.qwen.model import forward
+from models.qwen.params import abstract
+from models.qwen.sharding import LEARNER_RULES, Rules, make_mesh, param_shardings
+from prover_jax.batch import Batch, validate
+from prover_jax.checks import check_arrays
+from prover_jax.learner import loss as losses
+from prover_jax.learner.config import LearnerConfig
+from prover_jax.learner.optim import make_optimizer, schedule
+
+KEY_DATA_SHAPE = (2,)  # a threefry key's data
+METRICS = ("loss", "policy_loss", "kl_loss", "kl", "entropy", "clip_fraction")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainBatch:
+    """One batch for the learner: the padded `Batch` plus the per-token inputs of the loss.
+
+    Every array has B rows; per-token arrays are float32 / bool [B, L] on the grid of
+    `batch.tokens` (value at u scores token u; see `prover_jax.learner.loss`).
+
+    Attributes:
+      batch: the padded Batch (tokens, loss_mask, ...).
+      advantages: float32 [B, L] per-token advantages (`credit.to_tokens` or a kernel).
+      old_logprobs: float32 [B, L] log-probabilities under the policy that sampled the batch.
+      ref_logprobs: float32 [B, L] under the reference policy, or None (needed when kl_coef > 0).
+      high_prob: bool [B, L] tokens dropped from the loss (SPO's `credit.high_prob_mask`), or
+        None.
+    """
+
+    batch: Batch
+    advantages: jax.Array
+    old_logprobs: jax.Array
+    ref_logprobs: jax.Array | None = None
+    high_prob: jax.Array | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    """Everything a step updates or a checkpoint must restore.
+
+    Attributes:
+      params: float32 params pytree (`models.qwen.params.describe`).
+      opt_state: the optax state.
+      step: int32 [] updates applied so far.
+      rng: uint32 [2] key data (`jax.random.key_data`) for the trainer's sampling; the step
+        carries it unchanged.
+      data_position: int32 [] how much of its data stream the trainer has consumed.
+    """
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    rng: jax.Array
+    data_position: jax.Array
+
+
+for _cls in (TrainBatch, TrainState):
+    jax.tree_util.register_dataclass(
+        _cls, data_fields=[f.name for f in dataclasses.fields(_cls)], meta_fields=[])
+
+
+def check_train_batch(batch: TrainBatch) -> None:
+    """Trace-time shape and dtype checks of a TrainBatch; ValueError names the array."""
+    specs = {"batch.tokens": (batch.batch.tokens, "b l", "i"),
+             "batch.loss_mask": (batch.batch.loss_mask, "b l", "b"),
+             "advantages": (batch.advantages, "b l", "f"),
+             "old_logprobs": (batch.old_logprobs, "b l", "f")}
+    if batch.ref_logprobs is not None:
+        specs["ref_logprobs"] = (batch.ref_logprobs, "b l", "f")
+    if batch.high_prob is not None:
+        specs["high_prob"] = (batch.high_prob, "b l", "b")
+    check_arrays(specs)
+
+
+def validate_train_batch(batch: TrainBatch, cfg: LearnerConfig) -> None:
+    """Host-side checks of a TrainBatch from any source; a ValueError names the array at fault.
+
+    `prover_jax.batch.validate` on `batch.batch`, the shapes of `check_train_batch`, finite
+    advantages and log-probabilities on policy tokens, and no policy token in column 0 (nothing
+    predicts it). Reads the arrays back to the host: call it on batches you did not build.
+    """
+    validate(batch.batch)
+    check_train_batch(batch)
+    if cfg.loss.kl_coef > 0 and batch.ref_logprobs is None:
+        raise ValueError(f"ref_logprobs: required when kl_coef={cfg.loss.kl_coef} > 0")
+    loss_mask = np.asarray(batch.batch.loss_mask)
+    if loss_mask[:, 0].any():
+        raise ValueError("loss_mask: policy tokens in column 0 of rows "
+                         f"{np.flatnonzero(loss_mask[:, 0])[:8].tolist()}; nothing predicts the "
+                         "first token, so a conversation must open with a prompt")
+    for name in ("advantages", "old_logprobs", "ref_logprobs"):
+        values = getattr(batch, name)
+        if values is None:
+            continue
+        bad = loss_mask & ~np.isfinite(np.asarray(values))
+        if bad.any():
+            raise ValueError(f"{name}: NaN or inf on policy tokens of rows "
+                             f"{np.flatnonzero(bad.any(1))[:8].tolist()}")
+
+
+def check_rows(rows: int, micro_batches: int, mesh: Mesh) -> None:
+    """Raises a ValueError unless B rows split evenly into micro-batches and data shards."""
+    data = mesh.shape["data"]
+    if rows % (micro_batches * data):
+        raise ValueError(f"batch: {rows} rows do not split into micro_batches={micro_batches} "
+                         f"x data shards={data}; pack with row_multiple={micro_batches * data}")
+
+
+class MicroBatches(NamedTuple):
+    """The arrays one micro-batch's loss reads, stacked over micro-batches: [N, B / N, L]."""
+
+    tokens: jax.Array
+    mask: jax.Array
+    weights: losses.Weights
+    old_logprobs: jax.Array
+    advantages: jax.Array
+    ref_logprobs: jax.Array | None
+
+
+def split_micro_batches(tree, count: int, mesh: Mesh):
+    """Splits every [B, ...] leaf into [count, B / count, ...]; micro-batch i holds rows
+    i, i + count, ... so that each stays spread over the "data" shards."""
+    sharding = NamedSharding(mesh, PartitionSpec(None, "data"))
+
+    def split(x):
+        x = x.reshape(x.shape[0] // count, count, *x.shape[1:]).swapaxes(0, 1)
+        return jax.lax.with_sharding_constraint(x, sharding)
+
+    return jax.tree.map(split, tree)
+
+
+def merge_micro_batches(x: jax.Array) -> jax.Array:
+    """Inverse of `split_micro_batches` for one [N, B / N, ...] array."""
+    return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
+                   compute_dtype: str, remat: bool = False) -> tuple[jax.Array, jax.Array]:
+    """Log-probability and entropy of every token under `params` (`loss.next_token_logprobs`).
+
+    Args:
+      params: float32 params; cast to `compute_dtype` for the forward pass.
+      model_cfg: QwenConfig.
+      tokens: int32 [B, L], left-aligned rows.
+      compute_dtype: "float32" or "bfloat16".
+      remat: rematerialise each layer in the backward pass (`models.qwen.forward`).
+
+    Returns:
+      (logprobs, entropy), float32 [B, L].
+    """
+    compute = jax.tree.map(lambda p: p.astype(compute_dtype), params)
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
+    logits, _ = forward(compute, model_cfg, tokens, positions, remat=remat)
+    return losses.next_token_logprobs(logits, tokens)
+
+
+def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig,
+                     cfg: LearnerConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The loss sum of one micro-batch (weights from the whole batch) and its metric sums."""
+    logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg.compute_dtype,
+                                       cfg.remat)
+    metrics = losses.weighted_loss(logprobs, entropy, micro.old_logprobs, micro.advantages,
+                                   micro.mask, micro.weights, cfg.loss, micro.ref_logprobs)
+    return metrics["loss"], metrics
+
+
+def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg: LearnerConfig,
+                         shardings) -> tuple[Any, dict[str, jax.Array]]:
+    """Sums gradients and metrics over the micro-batches in `lax.scan`.
+
+    Args:
+      params: float32 params.
+      micro: MicroBatches, leaves [N, B / N, ...].
+      model_cfg, cfg: configs.
+      shardings: params-shaped NamedShardings the gradients are kept in.
+
+    Returns:
+      (float32 gradient pytree, {metric: float32 scalar}) of the whole batch.
+    """
+    grad_fn = jax.grad(micro_batch_loss, has_aux=True)
+
+    def add(total, part):
+        return jax.tree.map(jnp.add, total, part)
+
+    def body(carry, one):
+        grads, metrics = grad_fn(params, one, model_cfg, cfg)
+        grads = jax.lax.with_sharding_constraint(grads, shardings)
+        return (add(carry[0], grads), add(carry[1], metrics)), None
+
+    zeros = jax.lax.with_sharding_constraint(jax.tree.map(jnp.zeros_like, params), shardings)
+    init = (zeros, {name: jnp.zeros((), jnp.float32) for name in METRICS})
+    (grads, metrics), _ = jax.lax.scan(body, init, micro)
+    return grads, metrics
+
+
+def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: LearnerConfig,
+                    mesh: Mesh, shardings) -> tuple[Any, dict[str, jax.Array]]:
+    """Gradient of the whole batch's loss, accumulated over `cfg.micro_batches` micro-batches.
+
+    Args:
+      params: float32 params.
+      batch: TrainBatch of B rows, B a multiple of `cfg.micro_batches` x the data shards.
+      model_cfg, cfg: configs (static).
+      mesh: the device mesh.
+      shardings: params-shaped NamedShardings of the params.
+
+    Returns:
+      (float32 gradients shaped like params, float32 scalar metrics of `loss.weighted_loss`).
+    """
+    check_train_batch(batch)
+    check_rows(batch.batch.num_rows, cfg.micro_batches, mesh)
+    loss_mask = batch.batch.loss_mask
+    mask = losses.trained_tokens(loss_mask, batch.high_prob)
+    micro = split_micro_batches(
+        MicroBatches(batch.batch.tokens, mask, losses.loss_weights(mask, loss_mask, cfg.loss),
+                     batch.old_logprobs, batch.advantages, batch.ref_logprobs),
+        cfg.micro_batches, mesh)
+    return accumulate_gradients(params, micro, model_cfg, cfg, shardings)
+
+
+def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
+               cfg: LearnerConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
+               shardings) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer update on one batch (wrap with `jax.jit`; `Learner` does).
+
+    Args:
+      state: TrainState with float32 params.
+      batch: TrainBatch of B rows, B a multiple of `cfg.micro_batches` x the data shards.
+      model_cfg, cfg: configs (static).
+      optimizer: `optim.make_optimizer(cfg.optimizer, model_cfg)`.
+      mesh: the device mesh.
+      shardings: params-shaped NamedShardings of the params.
+
+    Returns:
+      (the next TrainState, float32 scalar metrics: loss, policy_loss, kl_loss, kl, entropy,
+      clip_fraction, grad_norm (before clipping), lr (of this update)).
+    """
+    grads, metrics = batch_gradients(state.params, batch, model_cfg=model_cfg, cfg=cfg,
+                                     mesh=mesh, shardings=shardings)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics.update(grad_norm=optax.tree.norm(grads),
+                   lr=jnp.asarray(schedule(cfg.optimizer)(state.step), jnp.float32))
+    return dataclasses.replace(state, params=params, opt_state=opt_state,
+                               step=state.step + 1), metrics
+
+
+def policy_logprobs(params, tokens: jax.Array, *, model_cfg: QwenConfig, cfg: LearnerConfig,
+                    mesh: Mesh) -> jax.Array:
+    """Log-probabilities of a batch's tokens under `params`, e.g. the old or reference policy.
+
+    Runs micro-batch by micro-batch (`lax.map`), in `cfg.compute_dtype`, so its peak memory is
+    the train step's forward pass.
+
+    Args:
+      params: float32 params.
+      tokens: int32 [B, L], B a multiple of `cfg.micro_batches` x the data shards.
+      model_cfg, cfg: configs (static).
+      mesh: the device mesh.
+
+    Returns:
+      float32 [B, L] on the grid of `tokens`: value at u is log p(tokens[u] | tokens[:u]);
+      column 0 is 0.
+    """
+    check_arrays({"tokens": (tokens, "b l", "i")})
+    check_rows(tokens.shape[0], cfg.micro_batches, mesh)
+    micro = split_micro_batches(tokens, cfg.micro_batches, mesh)
+    logprobs = jax.lax.map(
+        lambda t: model_logprobs(params, model_cfg, t, cfg.compute_dtype)[0], micro)
+    return merge_micro_batches(logprobs)
+
+
+def fresh_state(params, rng: jax.Array, optimizer: optax.GradientTransformation) -> TrainState:
+    """Step 0: `params` cast to float32, zero optimizer moments, data position 0.
+
+    Args:
+      params: params pytree.
+      rng: uint32 key data (`jax.random.key_data`).
+      optimizer: the optax transformation.
+    """
+    params = jax.tree.map(lambda p: p.astype(jnp.float32), params)
+    return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), rng,
+                      jnp.zeros((), jnp.int32))
+
+
+class _Compiled(NamedTuple):
+    optimizer: optax.GradientTransformation
+    param_shardings: Any
+    state_shardings: TrainState
+    train_step: Any
+    logprobs: Any
+    fresh_state: Any
+
+
+@functools.lru_cache(maxsize=16)
+def _compile(model_cfg: QwenConfig, cfg: LearnerConfig, mesh: Mesh,
+             rules: tuple[tuple[str, str | None], ...]) -> _Compiled:
+    """The jitted functions of one setup, shared by every Learner of that setup (so building a
+    second Learner does not compile again)."""
+    optimizer = make_optimizer(cfg.optimizer, model_cfg)
+    params = param_shardings(model_cfg, mesh, dict(rules))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    rows = NamedSharding(mesh, PartitionSpec("data"))
+    abstract_opt = jax.eval_shape(optimizer.init, abstract(model_cfg))
+    opt = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, params,
+                                transform_non_params=lambda _: replicated)
+    state = TrainState(params, opt, replicated, replicated, replicated)
+    common = dict(model_cfg=model_cfg, cfg=cfg, mesh=mesh)
+    step = jax.jit(functools.partial(train_step, optimizer=optimizer, shardings=params, **common),
+                   in_shardings=(state, rows), out_shardings=(state, replicated),
+                   donate_argnums=0)
+    logprobs = jax.jit(functools.partial(policy_logprobs, **common),
+                       in_shardings=(params, rows), out_shardings=rows)
+    fresh = jax.jit(functools.partial(fresh_state, optimizer=optimizer), out_shardings=state)
+    return _Compiled(optimizer, params, state, step, logprobs, fresh)
+
+
+class Learner:
+    """A model, a LearnerConfig and a mesh, with the compiled step and log-probability functions.
+
+    Attributes:
+      train_step: jitted `(TrainState, TrainBatch) -> (TrainState, metrics)`; the state is
+        donated (do not reuse the one passed in).
+      logprobs: jitted `(params, tokens [B, L]) -> float32 [B, L]` (`policy_logprobs`).
+      optimizer: the optax transformation.
+      mesh: the mesh (one device when none is given).
+      state_shardings: TrainState of NamedShardings.
+    """
+
+    def __init__(self, model_cfg: QwenConfig, cfg: LearnerConfig | None = None,
+                 mesh: Mesh | None = None, rules: Rules = LEARNER_RULES):
+        self.model_cfg = model_cfg
+        self.cfg = cfg if cfg is not None else LearnerConfig()
+        self.mesh = mesh if mesh is not None else make_mesh(1, 1)
+        if set(self.mesh.axis_names) != {"data", "model"}:
+            raise ValueError(f"mesh: axes must be ('data', 'model') (see "
+                             f"models.qwen.sharding.make_mesh), got {self.mesh.axis_names}")
+        compiled = _compile(model_cfg, self.cfg, self.mesh, tuple(sorted(rules.items())))
+        self.optimizer = compiled.optimizer
+        self.state_shardings = compiled.state_shardings
+        self.train_step = compiled.train_step
+        self.logprobs = compiled.logprobs
+        self._fresh_state = compiled.fresh_state
+
+    def init(self, params, rng: jax.Array | int = 0) -> TrainState:
+        """A fresh TrainState: params cast to float32 and placed on the mesh, zero moments.
+
+        Args:
+          params: params pytree of `model_cfg` (any float dtype; e.g. `models.qwen.init`).
+          rng: a typed PRNG key (`jax.random.key`) or an int seed; kept as key data.
+        """
+        key = jax.random.key(rng) if isinstance(rng, int) else rng
+        return self._fresh_state(params, jax.random.key_data(key))
+
+    def abstract_state(self) -> TrainState:
+        """The TrainState as ShapeDtypeStructs with shardings (a restore target; no memory)."""
+        rng = jax.ShapeDtypeStruct(KEY_DATA_SHAPE, jnp.uint32)
+        state = jax.eval_shape(functools.partial(fresh_state, optimizer=self.optimizer),
+                               abstract(self.model_cfg), rng)
+        return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                            state, self.state_shardings)

@@ -1,0 +1,203 @@
+"""The learner's loss against a numpy-loop oracle, hand-derived cases and config validation."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prover_jax import credit
+from prover_jax.learner import (
+    LearnerConfig,
+    LossConfig,
+    OptimizerConfig,
+    next_token_logprobs,
+    policy_loss,
+)
+
+B, L, V = 6, 12, 7
+
+
+def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, high_prob=None):
+    """Loss and metrics by explicit loops over rows and tokens."""
+    rows, length = loss_mask.shape
+    mask = loss_mask.copy()
+    mask[:, 0] = False
+    if high_prob is not None:
+        mask &= ~high_prob
+    policy = np.zeros((rows, length))
+    kl = np.zeros((rows, length))
+    clipped = np.zeros((rows, length))
+    for b in range(rows):
+        for u in range(length):
+            if not mask[b, u]:
+                continue
+            ratio = math.exp(logprobs[b, u] - old[b, u])
+            plain = ratio * adv[b, u]
+            clip = min(max(ratio, 1 - cfg.clip_low), 1 + cfg.clip_high) * adv[b, u]
+            policy[b, u] = -min(plain, clip)
+            clipped[b, u] = float(clip < plain)
+            if ref is not None:
+                d = ref[b, u] - logprobs[b, u]
+                kl[b, u] = -d if cfg.kl_estimator == "k1" else math.exp(d) - d - 1
+
+    def aggregate(term):
+        if cfg.aggregation == "token-mean":
+            return term[mask].sum() / mask.sum()
+        if cfg.aggregation == "sequence-mean":
+            means = [term[b][mask[b]].mean() for b in range(rows) if mask[b].any()]
+            return sum(means) / len(means)
+        real_rows = loss_mask.any(axis=1).sum()
+        return term[mask].sum() / (real_rows * (cfg.dr_grpo_length or length))
+
+    policy_loss_ = aggregate(policy)
+    kl_loss = aggregate(kl)
+    return {"loss": policy_loss_ + cfg.kl_coef * kl_loss, "policy_loss": policy_loss_,
+            "kl_loss": kl_loss, "kl": kl[mask].mean(), "clip_fraction": clipped[mask].mean()}
+
+
+def random_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    loss_mask = rng.random((B, L)) < 0.6
+    loss_mask[:, 0] = True  # column 0 must be ignored: nothing predicts it
+    loss_mask[B - 1] = False  # a padding row
+    logprobs = np.log(rng.uniform(0.05, 1.0, (B, L))).astype(np.float32)
+    old = (logprobs + rng.normal(0, 0.4, (B, L))).astype(np.float32)  # ratios beyond the clip
+    ref = (logprobs + rng.normal(0, 0.3, (B, L))).astype(np.float32)
+    adv = (rng.normal(0, 1, (B, L)) * loss_mask).astype(np.float32)
+    return logprobs, old, adv, loss_mask, ref
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+@pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean", "dr-grpo"])
+def test_loss_matches_numpy_oracle(aggregation, estimator):
+    logprobs, old, adv, loss_mask, ref = random_inputs(seed=len(aggregation) + len(estimator))
+    high_prob = np.asarray(credit.high_prob_mask(old, loss_mask, 0.5))  # SPO's mask
+    assert high_prob.any() and (loss_mask & ~high_prob).any()
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, kl_coef=0.1, kl_estimator=estimator,
+                     aggregation=aggregation)
+    loss, metrics = policy_loss(logprobs, old, adv, loss_mask, cfg, ref, high_prob)
+    expected = oracle_loss(logprobs, old, adv, loss_mask, cfg, ref, high_prob)
+    assert 0 < expected["clip_fraction"] < 1
+    np.testing.assert_allclose(float(loss), expected["loss"], rtol=1e-5, atol=1e-6)
+    for name, value in expected.items():
+        np.testing.assert_allclose(float(metrics[name]), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_dr_grpo_constant_length_and_no_reference():
+    logprobs, old, adv, loss_mask, _ = random_inputs(seed=7)
+    cfg = LossConfig(aggregation="dr-grpo", dr_grpo_length=100)
+    loss, metrics = policy_loss(logprobs, old, adv, loss_mask, cfg)
+    expected = oracle_loss(logprobs, old, adv, loss_mask, cfg)
+    np.testing.assert_allclose(float(loss), expected["loss"], rtol=1e-5, atol=1e-7)
+    assert float(metrics["kl"]) == 0.0
+
+
+def test_ppo_clip_hand_derived():
+    # token 1: A=+1, r=1.5 -> min(1.5, clip 1.2) = 1.2, clipped   -> term -1.2
+    # token 2: A=-1, r=0.5 -> min(-0.5, -clip 0.8) = -0.8, clipped -> term +0.8
+    # token 3: A=+1, r=0.5 -> min(0.5, 0.8) = 0.5, not clipped     -> term -0.5
+    # token-mean over the 3 tokens (column 0 never counts): (-1.2 + 0.8 - 0.5) / 3 = -0.3
+    logprobs = np.log(np.array([[1.0, 0.6, 0.2, 0.2]], np.float32))
+    old = np.log(np.array([[1.0, 0.4, 0.4, 0.4]], np.float32))
+    adv = np.array([[5.0, 1.0, -1.0, 1.0]], np.float32)
+    mask = np.array([[True, True, True, True]])
+    loss, metrics = policy_loss(logprobs, old, adv, mask, LossConfig(clip_low=0.2,
+                                                                     clip_high=0.2))
+    np.testing.assert_allclose(float(loss), -0.3, rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["clip_fraction"]), 2 / 3, rtol=1e-6)
+
+
+def test_kl_estimators_hand_derived():
+    # log pi = log 0.5, log pi_ref = log 0.25: k1 = log 2; k3 = 0.5 - log 0.5 - 1 = log 2 - 0.5
+    logprobs = np.log(np.array([[1.0, 0.5]], np.float32))
+    ref = np.log(np.array([[1.0, 0.25]], np.float32))
+    zeros, mask = np.zeros((1, 2), np.float32), np.array([[False, True]])
+    for estimator, value in (("k1", math.log(2)), ("k3", math.log(2) - 0.5)):
+        cfg = LossConfig(kl_coef=2.0, kl_estimator=estimator)
+        loss, metrics = policy_loss(logprobs, logprobs, zeros, mask, cfg, ref)
+        np.testing.assert_allclose(float(metrics["kl"]), value, rtol=1e-6)
+        np.testing.assert_allclose(float(loss), 2 * value, rtol=1e-6)
+
+
+def test_garbage_off_the_mask_changes_nothing():
+    logprobs, old, adv, loss_mask, ref = random_inputs(seed=3)
+    cfg = LossConfig(kl_coef=0.5)
+    clean, _ = policy_loss(logprobs, old, adv, loss_mask, cfg, ref)
+    off = ~loss_mask
+    dirty = [np.where(off, value, x) for x, value in ((old, -1e30), (adv, np.nan), (ref, 1e30))]
+    loss, _ = policy_loss(logprobs, *dirty[:2], loss_mask, cfg, dirty[2])
+    assert float(loss) == float(clean)
+    grad = jax.grad(lambda lp: policy_loss(lp, *dirty[:2], loss_mask, cfg, dirty[2])[0])(
+        jnp.asarray(logprobs))
+    assert np.isfinite(np.asarray(grad)).all() and not np.asarray(grad)[off].any()
+
+
+def test_next_token_logprobs_alignment_hand_derived():
+    # logits at position 0 predict token 1: softmax([0, log 3]) -> p(token 1) = 3/4;
+    # logits at position 1 predict token 2: uniform over 2 -> p = 1/2, entropy log 2
+    logits = np.array([[[0.0, math.log(3)], [0.0, 0.0], [5.0, -5.0]]], np.float32)
+    tokens = np.array([[0, 1, 0]], np.int32)
+    logprobs, entropy = next_token_logprobs(logits, tokens)
+    np.testing.assert_allclose(np.asarray(logprobs), [[0.0, math.log(0.75), math.log(0.5)]],
+                               rtol=1e-6)
+    h0 = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    np.testing.assert_allclose(np.asarray(entropy), [[0.0, h0, math.log(2)]], rtol=1e-6)
+
+
+def test_next_token_logprobs_match_numpy_loop():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, (B, L, V)).astype(np.float32)
+    tokens = rng.integers(0, V, (B, L)).astype(np.int32)
+    logprobs, entropy = next_token_logprobs(logits, tokens)
+    expected_lp, expected_h = np.zeros((B, L)), np.zeros((B, L))
+    for b in range(B):
+        for u in range(1, L):
+            z = logits[b, u - 1].astype(np.float64)
+            log_p = z - z.max() - np.log(np.exp(z - z.max()).sum())
+            expected_lp[b, u] = log_p[tokens[b, u]]
+            expected_h[b, u] = -(np.exp(log_p) * log_p).sum()
+    np.testing.assert_allclose(np.asarray(logprobs), expected_lp, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(entropy), expected_h, atol=2e-5)
+
+
+def test_all_masked_batch_gives_zero_not_nan():
+    logprobs, old, adv, _, ref = random_inputs(seed=1)
+    for aggregation in ("token-mean", "sequence-mean", "dr-grpo"):
+        loss, metrics = policy_loss(logprobs, old, adv, np.zeros((B, L), bool),
+                                    LossConfig(aggregation=aggregation, kl_coef=1.0), ref)
+        assert float(loss) == 0.0 and all(np.isfinite(float(v)) for v in metrics.values())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: LossConfig(clip_low=0.0), "clip_low"),
+    (lambda: LossConfig(clip_low=1.5), "clip_low"),
+    (lambda: LossConfig(clip_high=-0.1), "clip_high"),
+    (lambda: LossConfig(kl_coef=-1.0), "kl_coef"),
+    (lambda: LossConfig(kl_estimator="k2"), "kl_estimator"),
+    (lambda: LossConfig(aggregation="mean"), "aggregation"),
+    (lambda: LossConfig(dr_grpo_length=0), "dr_grpo_length"),
+    (lambda: OptimizerConfig(learning_rate=-1e-3), "learning_rate"),
+    (lambda: OptimizerConfig(decay="cosine", total_steps=10, warmup_steps=10), "total_steps"),
+    (lambda: OptimizerConfig(decay="step"), "decay"),
+    (lambda: OptimizerConfig(b2=1.5), "b2"),
+    (lambda: OptimizerConfig(max_grad_norm=0.0), "max_grad_norm"),
+    (lambda: LearnerConfig(micro_batches=0), "micro_batches"),
+    (lambda: LearnerConfig(compute_dtype="float16"), "compute_dtype"),
+])
+def test_bad_config_is_a_value_error(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_missing_reference_and_bad_shapes_are_value_errors():
+    logprobs, old, adv, loss_mask, _ = random_inputs(seed=2)
+    with pytest.raises(ValueError, match="ref_logprobs: required"):
+        policy_loss(logprobs, old, adv, loss_mask, LossConfig(kl_coef=0.1))
+    with pytest.raises(ValueError, match="advantages"):
+        policy_loss(logprobs, old, adv[:, :-1], loss_mask, LossConfig())
+    with pytest.raises(ValueError, match="tokens"):
+        next_token_logprobs(np.zeros((B, L, V), np.float32), np.zeros((B, L + 1), np.int32))

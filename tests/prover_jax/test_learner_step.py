@@ -1,0 +1,261 @@
+"""The train step on a tiny Qwen3: finite differences, micro-batches, sharding, bf16, inputs.
+
+Every Learner here is built from one of a few configs, so each step function compiles once for
+the whole test session (`Learner` shares compiled functions between equal setups).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from models import qwen
+from models.qwen.sharding import make_mesh
+from prover_jax import credit
+from prover_jax.batch import Message, Trajectory, pack
+from prover_jax.learner import (
+    Learner,
+    LearnerConfig,
+    LossConfig,
+    OptimizerConfig,
+    TrainBatch,
+    policy_loss,
+    validate_train_batch,
+)
+from prover_jax.learner.optim import decay_mask, schedule
+from prover_jax.learner.step import batch_gradients
+
+CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64,
+                      num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
+FP32 = LearnerConfig(
+    loss=LossConfig(clip_low=0.2, clip_high=0.28, kl_coef=0.05),
+    optimizer=OptimizerConfig(learning_rate=3e-3, decay="cosine", total_steps=20,
+                              weight_decay=0.1),
+    compute_dtype="float32")
+ROWS, LENGTH = 8, 32
+
+
+def init_params(seed: int = 0):
+    """Random float32 params: N(0, 0.1) around each weight's usual init (1 for norms).
+
+    Drawn with numpy: `qwen.init` compiles a threefry program per weight shape, seconds on CPU.
+    """
+    rng = np.random.default_rng(seed)
+
+    def draw(info: qwen.ArrayInfo) -> np.ndarray:
+        centre = 1.0 if info.init == "ones" else 0.0
+        return (centre + rng.normal(0, 0.1, info.shape)).astype(np.float32)
+
+    return jax.tree.map(draw, qwen.describe(CFG), is_leaf=lambda x: isinstance(x, qwen.ArrayInfo))
+
+
+def conversation(rng: np.random.Generator, reward: float) -> Trajectory:
+    """A system prompt, then 1-3 turns of (assistant action, tool observation)."""
+    def ids(n):
+        return rng.integers(1, CFG.vocab_size, n).tolist()
+
+    messages = [Message(ids(3), "system")]
+    for t in range(int(rng.integers(1, 4))):
+        messages += [Message(ids(int(rng.integers(2, 5))), "assistant", t), Message(ids(2), "tool")]
+    return Trajectory(messages, reward)
+
+
+def make_batch(seed: int, old_logprobs: np.ndarray | None = None) -> TrainBatch:
+    """ROWS conversations in two groups, random per-token advantages, perturbed old and
+    reference log-probabilities (so some ratios fall outside the clip range), SPO's mask."""
+    rng = np.random.default_rng(seed)
+    groups = [[conversation(rng, float(rng.integers(0, 2))) for _ in range(ROWS // 2)]
+              for _ in range(2)]
+    batch = pack(groups, min_len=LENGTH, max_len=LENGTH)
+    mask = batch.loss_mask
+    uniform = np.full(mask.shape, -np.log(CFG.vocab_size), np.float32)
+    base = uniform if old_logprobs is None else old_logprobs
+    noise = rng.normal(0, 0.2, (2, *mask.shape)).astype(np.float32)
+    advantages = (rng.normal(0, 1, mask.shape) * mask).astype(np.float32)
+    old = base + noise[0]
+    # SPO's mask at a threshold that a random 128-token policy reaches on some tokens
+    high_prob = np.asarray(credit.high_prob_mask(old, mask, 1 / CFG.vocab_size))
+    return TrainBatch(batch, advantages, old, base + noise[1], high_prob)
+
+
+@pytest.fixture(scope="module")
+def single():
+    return Learner(CFG, FP32)
+
+
+@pytest.fixture(scope="module")
+def batches(single):
+    """Two batches whose old log-probabilities are near the initial policy's."""
+    params = single.init(init_params()).params
+    return [make_batch(seed, np.asarray(single.logprobs(params, make_batch(seed).batch.tokens)))
+            for seed in range(2)]
+
+
+def run(learner: Learner, batches, steps: int = 2):
+    state = learner.init(init_params())
+    history = []
+    for i in range(steps):
+        state, metrics = learner.train_step(state, batches[i % len(batches)])
+        history.append(jax.device_get(metrics))
+    return jax.device_get(state), history
+
+
+def assert_trees_close(actual, expected, atol):
+    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def reference_run(single, batches):
+    return run(single, batches)
+
+
+def test_logprobs_follow_next_token_alignment(single, batches):
+    params = init_params()
+    tokens = batches[0].batch.tokens
+    positions = np.broadcast_to(np.arange(LENGTH, dtype=np.int32), tokens.shape)
+    logits, _ = jax.jit(qwen.forward, static_argnums=1)(params, CFG, tokens, positions)
+    log_p = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+    expected = np.zeros(tokens.shape, np.float32)
+    for b in range(ROWS):
+        for u in range(1, LENGTH):
+            expected[b, u] = log_p[b, u - 1, tokens[b, u]]
+    actual = single.logprobs(single.init(params).params, tokens)
+    np.testing.assert_allclose(np.asarray(actual), expected, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def gradients(single, batches):
+    """Gradients and metrics of batch 0 at the initial params, by micro-batch count."""
+    params = single.init(init_params()).params
+    out = {}
+    for count, remat in ((1, False), (4, False), (1, True)):
+        config = dataclasses.replace(FP32, micro_batches=count, remat=remat)
+        compute = jax.jit(functools.partial(
+            batch_gradients, model_cfg=CFG, cfg=config,
+            mesh=single.mesh, shardings=single.state_shardings.params))
+        out["remat" if remat else count] = jax.device_get(compute(params, batches[0]))
+    return params, out
+
+
+def test_gradients_match_finite_differences(single, batches, gradients):
+    batch = batches[0]
+    params, by_count = gradients
+    grads, metrics = by_count[4]
+
+    def loss_of(p):
+        logprobs = single.logprobs(p, batch.batch.tokens)
+        return float(policy_loss(logprobs, batch.old_logprobs, batch.advantages,
+                                 batch.batch.loss_mask, FP32.loss, batch.ref_logprobs,
+                                 batch.high_prob)[0])
+
+    np.testing.assert_allclose(float(metrics["loss"]), loss_of(params), rtol=1e-5)
+    embed_only = jax.tree.map(np.zeros_like, grads)
+    embed_only["embed"] = grads["embed"]
+    h = 1e-3
+    for name, direction in {"all": grads, "embed only": embed_only}.items():
+        norm = float(np.sqrt(sum(np.sum(d * d) for d in jax.tree.leaves(direction))))
+        shifted = [jax.tree.map(lambda p, d, s=sign * h / norm: p + s * d, params, direction)
+                   for sign in (1, -1)]
+        numeric = (loss_of(shifted[0]) - loss_of(shifted[1])) / (2 * h)
+        # the directional derivative along g / |g| is |g|
+        np.testing.assert_allclose(numeric, norm, rtol=2e-2, err_msg=name)
+
+
+def test_micro_batches_equal_one_batch(gradients):
+    _, by_count = gradients
+    assert_trees_close(by_count[4], by_count[1], atol=1e-5)  # summation order differs
+
+
+def test_rematerialisation_changes_no_gradient(gradients):
+    _, by_count = gradients
+    assert_trees_close(by_count["remat"], by_count[1], atol=1e-6)
+
+
+def test_sharded_step_equals_single_device(batches, reference_run):
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    learner = Learner(CFG, FP32, mesh=make_mesh(data=4, model=2))
+    state = learner.init(init_params())
+    gate = state.params["layers"]["gate"]  # [layers, d, f]: d over data, f over model
+    assert gate.addressable_shards[0].data.shape == (2, 8, 32)
+    mu = state.opt_state[1][0].mu["layers"]["gate"]
+    assert mu.sharding == gate.sharding  # optimizer moments are sharded like their params
+    state, history = run(learner, batches)
+    expected_state, expected_history = reference_run
+    assert_trees_close(history, expected_history, atol=2e-5)
+    # Adam divides by sqrt(v): a different reduction order in a near-zero gradient can move
+    # one weight by a few 1e-5 (one update moves it by up to lr = 3e-3)
+    assert_trees_close(state.params, expected_state.params, atol=1e-4)
+
+
+def test_metrics_and_schedule(reference_run, batches):
+    _, history = reference_run
+    lr = schedule(FP32.optimizer)
+    for step, metrics in enumerate(history):
+        assert set(metrics) == {"loss", "policy_loss", "kl_loss", "kl", "entropy",
+                                "clip_fraction", "grad_norm", "lr"}
+        np.testing.assert_allclose(metrics["lr"], lr(step), rtol=1e-6)
+        np.testing.assert_allclose(metrics["loss"], metrics["policy_loss"]
+                                   + FP32.loss.kl_coef * metrics["kl_loss"], rtol=1e-5)
+        assert 0 < metrics["clip_fraction"] < 1 and metrics["grad_norm"] > 0
+        assert 0 < metrics["entropy"] <= np.log(CFG.vocab_size)
+    mask = decay_mask(CFG)
+    assert mask["layers"]["gate"] and mask["embed"] and mask["attn"]["q"]
+    assert not mask["layers"]["attn_norm"] and not mask["attn"]["q_norm"] and not mask["norm"]
+
+
+def test_training_raises_logprobs_of_advantaged_tokens(single, batches):
+    batch = batches[0]
+    positive = batch.batch.loss_mask & (batch.advantages > 0)
+    state = single.init(init_params())
+    before = np.asarray(single.logprobs(state.params, batch.batch.tokens))
+    for _ in range(3):
+        state, _ = single.train_step(state, batch)
+    after = np.asarray(single.logprobs(state.params, batch.batch.tokens))
+    assert (after - before)[positive].mean() > 0 > (after - before)[batch.advantages < 0].mean()
+
+
+def test_bf16_compute_with_float32_master_weights(single, batches):
+    learner = Learner(CFG, dataclasses.replace(FP32, compute_dtype="bfloat16"))
+    state = learner.init(init_params())
+    # the step's program (traced, not compiled): matmuls in bf16, state and metrics float32
+    jaxpr = jax.make_jaxpr(learner.train_step)(state, batches[0])
+    assert "bf16[32,128]" in str(jaxpr) and "bf16[8,32,64]" in str(jaxpr)  # LM head, MLP
+    out_state, metrics = jax.eval_shape(learner.train_step, state, batches[0])
+    dtypes = {x.dtype for x in jax.tree.leaves((out_state.params, out_state.opt_state,
+                                                metrics)) if x.ndim > 0 or x.dtype.kind == "f"}
+    assert dtypes == {np.dtype(np.float32)}
+    tokens = batches[0].batch.tokens
+    low = np.asarray(learner.logprobs(state.params, tokens))
+    high = np.asarray(single.logprobs(state.params, tokens))
+    np.testing.assert_allclose(low, high, atol=0.1)
+    assert np.abs(low - high).max() > 0  # it did compute in bf16
+
+
+def test_bad_inputs_are_value_errors(single, batches):
+    batch = batches[0]
+    state = single.init(init_params())
+    with pytest.raises(ValueError, match="ref_logprobs: required"):
+        single.train_step(state, dataclasses.replace(batch, ref_logprobs=None))
+    with pytest.raises(ValueError, match="advantages"):
+        single.train_step(state, dataclasses.replace(batch, advantages=batch.advantages[:, :-1]))
+    uneven = jax.tree.map(lambda x: x[:6], batch)
+    with pytest.raises(ValueError, match="micro_batches=4"):
+        Learner(CFG, dataclasses.replace(FP32, micro_batches=4)).train_step(
+            Learner(CFG, dataclasses.replace(FP32, micro_batches=4)).init(init_params()), uneven)
+    validate_train_batch(batch, FP32)
+    first = dataclasses.replace(batch, batch=dataclasses.replace(
+        batch.batch, loss_mask=batch.batch.loss_mask.copy(), turn_ids=batch.batch.turn_ids.copy()))
+    first.batch.loss_mask[0, 0] = True
+    first.batch.turn_ids[0, 0] = 0
+    with pytest.raises(ValueError, match="column 0"):
+        validate_train_batch(first, FP32)
+    nan = batch.advantages.copy()
+    nan[batch.batch.loss_mask] = np.nan
+    with pytest.raises(ValueError, match="advantages: NaN"):
+        validate_train_batch(dataclasses.replace(batch, advantages=nan), FP32)
