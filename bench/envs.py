@@ -89,7 +89,8 @@ def pool_steps_per_second(name: str, episodes) -> float:
     """Steps per second of wall time on POOL_SLOTS slots over POOL_WORKERS workers."""
     queue = list(episodes)
     with EnvPool(name, POOL_SLOTS, POOL_WORKERS) as pool:
-        pool.reset([0], [queue[0][0]])  # start-up and first imports are not throughput
+        warm = list(range(POOL_WORKERS))  # one slot per worker: start-up and imports are
+        pool.reset(warm, [queue[0][0]] * len(warm))  # not throughput
         running: dict[int, list[str]] = {}
         count, start = 0, time.perf_counter()
         while queue or running:

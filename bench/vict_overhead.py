@@ -80,7 +80,7 @@ def kernel_seconds(groups: list, num_turns: int) -> float:
     lengths = np.array([len(r.actions) for r in rollouts])
     turn_valid = jnp.asarray(np.arange(num_turns)[None, :] < lengths[:, None])
     base = grpo(jnp.asarray([r.reward for r in rollouts], jnp.float32), group_ids)
-    inputs = batch_inputs(groups, len(rollouts), num_turns, 16)
+    inputs = batch_inputs(groups, len(rollouts), num_turns)
     args = (base, inputs["marginals"], inputs["eligible"], inputs["omega"], turn_valid,
             group_ids)
     jax.block_until_ready(redistribute(*args).advantages)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
+import importlib
 import random
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, NamedTuple
 
 SPLITS = ("train", "eval")
@@ -140,24 +141,24 @@ def register(name: str, factory: Callable[..., Env]) -> None:
 
 
 def names() -> list[str]:
-    """The registered environment names, sorted."""
-    _load_builtin()
-    return sorted(_REGISTRY)
+    """The registered environment names (built-in ones included), sorted."""
+    return sorted(set(_BUILTIN) | set(_REGISTRY))
 
 
 def make(name: str, **config: Any) -> Env:
     """A new environment instance of kind ``name``."""
-    _load_builtin()
+    if name not in _REGISTRY and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])  # registers it
     if name not in _REGISTRY:
-        raise ValueError(f"unknown environment {name!r}; registered: {sorted(_REGISTRY)}")
+        raise ValueError(f"unknown environment {name!r}; registered: {names()}")
     return _REGISTRY[name](**config)
 
 
-def _load_builtin() -> None:
-    import importlib
-
-    for module in _BUILTIN:
-        importlib.import_module(module)
-
-
-_BUILTIN: Sequence[str] = ("envs.household", "envs.searchqa", "envs.webshop", "envs.tau")
+# Built-in environments, imported on first use (their imports are heavy: indexes, databases).
+_BUILTIN: dict[str, str] = {
+    "household": "envs.household",
+    "webshop": "envs.webshop",
+    "searchqa": "envs.searchqa",
+    "tau-retail": "envs.tau",
+    "tau-airline": "envs.tau",
+}
