@@ -16,8 +16,6 @@ Prints a table, writes bench/results/envs.json and updates bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
 import sys
 import time
@@ -145,8 +143,8 @@ def main() -> None:
     results = run(args.envs, args.episodes)
     body = table(results)
     print(body)
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
-    report.write("envs", "Environments: steps/s, snapshot + restore, pool", machine, body, results)
+    report.write("envs", "Environments: steps/s, snapshot + restore, pool", report.machine(), body,
+                 results)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,6 @@ Prints a table, writes bench/results/prover_overhead.json and updates bench/RESU
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
 import sys
 import time
@@ -81,9 +79,8 @@ def main() -> None:
     results = [measure(args.groups, eps, judge) for eps in args.epsilon for judge in args.judges]
     body = table(results)
     print(body)
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     report.write("prover_overhead", "ProVer verification overhead per group of 8 (household)",
-                 machine, body, results)
+                 report.machine(), body, results)
 
 
 if __name__ == "__main__":

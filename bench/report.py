@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+
+
+def machine() -> str:
+    """This machine in a few words, for the results' header."""
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
 
 
 def write(name: str, title: str, machine: str, body: str, results) -> None:

@@ -18,8 +18,6 @@ Prints a table, writes bench/results/vict_overhead.json and updates bench/RESULT
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import random
 import sys
 import time
@@ -132,8 +130,8 @@ def main() -> None:
     results = run(args.envs, args.groups)
     body = table(results)
     print(body)
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
-    report.write("vict_overhead", "VICT host overhead per group of 8", machine, body, results)
+    report.write("vict_overhead", "VICT host overhead per group of 8", report.machine(), body,
+                 results)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,17 @@ def cancel_pending_order(db: Db, order_id: str, reason: str) -> str:
     return json.dumps(order)
 
 
+def _swap_difference(db: Db, order: dict, item_ids: list, new_item_ids: list
+                     ) -> tuple[float | None, str | None]:
+    """The price difference of swapping items, or the benchmark's error for a bad swap."""
+    missing = _missing_item(order, item_ids)
+    if missing is not None:
+        return 0.0, f"Error: {missing} not found"
+    if len(item_ids) != len(new_item_ids):
+        return 0.0, "Error: the number of items to be exchanged should match"
+    return _price_difference(db, order, item_ids, new_item_ids)
+
+
 def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list, new_item_ids: list,
                                    payment_method_id: str) -> str:
     """Requests an exchange of delivered items for variants of the same products."""
@@ -133,12 +144,7 @@ def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list, new_it
     order = db.read("orders", order_id)
     if order["status"] != "delivered":
         return "Error: non-delivered order cannot be exchanged"
-    missing = _missing_item(order, item_ids)
-    if missing is not None:
-        return f"Error: {missing} not found"
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    difference, error = _price_difference(db, order, item_ids, new_item_ids)
+    difference, error = _swap_difference(db, order, item_ids, new_item_ids)
     if error:
         return error
     difference = round(difference, 2)
@@ -183,12 +189,7 @@ def modify_pending_order_items(db: Db, order_id: str, item_ids: list, new_item_i
     order, error = _pending_order(db, order_id)
     if error:
         return error
-    missing = _missing_item(order, item_ids)
-    if missing is not None:
-        return f"Error: {missing} not found"
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    difference, error = _price_difference(db, order, item_ids, new_item_ids)
+    difference, error = _swap_difference(db, order, item_ids, new_item_ids)
     if error:
         return error
     methods = db.read("users", order["user_id"])["payment_methods"]

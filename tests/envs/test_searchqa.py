@@ -28,6 +28,7 @@ from envs.searchqa import (
 )
 from envs.searchqa.format import INVALID_FEEDBACK, format_information
 from envs.verifier import Status, check_atoms, reconstruction_error
+from tests.envs.test_protocol import _play
 
 SAT, UNSAT = Status.SAT, Status.UNSAT
 
@@ -39,18 +40,6 @@ def env() -> SearchQA:
 
 def _task(split: str, index: int) -> Task:
     return Task("searchqa", split, index)
-
-
-def _play(env: SearchQA, rng: random.Random, n: int, expert_rate: float) -> list:
-    """Up to ``n`` random (or expert) turns; returns (action, step) pairs."""
-    out = []
-    for _ in range(n):
-        action = env.expert_action() if rng.random() < expert_rate else env.random_action(rng)
-        step = env.step(action)
-        out.append((action, step))
-        if step.done:
-            break
-    return out
 
 
 def _sample(env: SearchQA, split: str, n: int) -> list[Task]:
