@@ -36,6 +36,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+
 CLIP_LOW, CLIP_HIGH = 0.2, 0.28
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-5, 0.01, 1.0
 
@@ -84,16 +88,6 @@ def make_batch(preset: Preset):
     return tokens, loss_mask, advantages.astype(np.float32)
 
 
-def best_time(fn, repeats: int) -> float:
-    """Best wall time of `repeats` calls of `fn` (which must block until its work is done)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def measure_ours(preset: Preset, folder: Path, steps: int) -> dict:
     import jax
     import jax.numpy as jnp
@@ -125,7 +119,7 @@ def measure_ours(preset: Preset, folder: Path, steps: int) -> dict:
 
     model_grad = jax.jit(jax.grad(model_loss))
     jax.block_until_ready(model_grad(state.params))
-    fwd_bwd = best_time(lambda: jax.block_until_ready(model_grad(state.params)), steps)
+    fwd_bwd = report.best_seconds(lambda: jax.block_until_ready(model_grad(state.params)), steps)
 
     old = learner.logprobs(state.params, tokens)
     rows = preset.rows
@@ -142,8 +136,8 @@ def measure_ours(preset: Preset, folder: Path, steps: int) -> dict:
         box[0], out = learner.train_step(box[0], train)
         jax.block_until_ready((box[0], out))
 
-    result = {"step_s": best_time(step, steps), "fwd_bwd_s": fwd_bwd, "compile_s": compile_s,
-              **first}
+    result = {"step_s": report.best_seconds(step, steps), "fwd_bwd_s": fwd_bwd,
+              "compile_s": compile_s, **first}
     stats = jax.devices()[0].memory_stats() or {}
     if jax.default_backend() != "cpu" and "peak_bytes_in_use" in stats:
         result["device_peak_mib"] = stats["peak_bytes_in_use"] / 2**20
@@ -192,7 +186,7 @@ def measure_theirs(preset: Preset, folder: Path, steps: int) -> dict:
         synchronize()
 
     fwd_bwd()
-    fwd_bwd_s = best_time(fwd_bwd, steps)
+    fwd_bwd_s = report.best_seconds(fwd_bwd, steps)
     with torch.no_grad():
         old = logprobs_and_entropy()[0]
 
@@ -212,7 +206,7 @@ def measure_theirs(preset: Preset, folder: Path, steps: int) -> dict:
         return {"first_loss": loss.item(), "first_grad_norm": grad_norm.item()}
 
     first = step()
-    result = {"step_s": best_time(step, steps), "fwd_bwd_s": fwd_bwd_s, "compile_s": 0.0,
+    result = {"step_s": report.best_seconds(step, steps), "fwd_bwd_s": fwd_bwd_s, "compile_s": 0.0,
               **first}
     if device == "cuda":
         result["device_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -279,9 +273,6 @@ def main() -> None:
         return
     import jax
     import torch
-
-    sys.path.insert(0, str(ROOT))
-    from bench import report
 
     config = PRESETS["cpu"].config
     machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, jax {jax.__version__}, "

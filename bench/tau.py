@@ -37,16 +37,6 @@ from envs.tau.actions import tool_call  # noqa: E402
 DOMAINS = (("tau-retail", "retail"), ("tau-airline", "airline"))
 
 
-def _best(fn, repeats: int) -> float:
-    """The fastest of ``repeats`` timings of ``fn()`` in seconds (others share the machine)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def tool_throughput(env: envs.Env, tasks: list[envs.Task]) -> tuple[float, int]:
     """Ground-truth tool calls per second through ``env.step``, and how many were timed."""
     elapsed, calls = 0.0, 0
@@ -77,7 +67,7 @@ def expert_states(env: envs.Env, tasks: list[envs.Task]) -> list[episode.State]:
 
 def per_state_us(fn, states: list, repeats: int) -> float:
     """Mean microseconds of ``fn(state)`` over ``states`` (best of ``repeats`` rounds)."""
-    return 1e6 * _best(lambda: [fn(state) for state in states], repeats) / len(states)
+    return 1e6 * report.best_seconds(lambda: [fn(state) for state in states], repeats) / len(states)
 
 
 def bench_domain(name: str, domain: str, repeats: int) -> dict:
@@ -102,7 +92,7 @@ def bench_domain(name: str, domain: str, repeats: int) -> dict:
         "pickle_roundtrip_us": per_state_us(lambda s: pickle.loads(pickle.dumps(s)), states,
                                             repeats),
         "state_bytes": statistics.mean(len(pickle.dumps(s)) for s in states),
-        "deepcopy_db_ms": 1e3 * _best(
+        "deepcopy_db_ms": 1e3 * report.best_seconds(
             lambda: copy.deepcopy(data_lib.base(domain).tables), max(1, repeats // 2)),
         "verifier_us": per_state_us(lambda s: verifiers[s.task].statuses(s), states, repeats),
     }

@@ -52,10 +52,12 @@ def test_snapshot_restore_replays(name, split, index, seed, prefix, expert_rate)
         return
     state = env.snapshot()
     revived = pickle.loads(pickle.dumps(state))
-    assert revived == state
-    after = _play(env, rng, 15, expert_rate)
+    assert revived == state and hash(revived) == hash(state)
     fresh = envs.make(name)
     fresh.restore(revived)
+    assert fresh.expert_action() == env.expert_action()
+    assert fresh.random_action(random.Random(seed)) == env.random_action(random.Random(seed))
+    after = _play(env, rng, 15, expert_rate)
     assert [fresh.step(action) for action, _ in after] == [step for _, step in after]
     env.restore(state)  # the same instance, after it moved on
     assert [env.step(action) for action, _ in after] == [step for _, step in after]
