@@ -139,11 +139,9 @@ def _swap_difference(db: Db, order: dict, item_ids: list, new_item_ids: list
 def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list, new_item_ids: list,
                                    payment_method_id: str) -> str:
     """Requests an exchange of delivered items for variants of the same products."""
-    if not db.has("orders", order_id):
-        return "Error: order not found"
-    order = db.read("orders", order_id)
-    if order["status"] != "delivered":
-        return "Error: non-delivered order cannot be exchanged"
+    order, error = _delivered_order(db, order_id, "exchanged")
+    if error:
+        return error
     difference, error = _swap_difference(db, order, item_ids, new_item_ids)
     if error:
         return error
@@ -161,6 +159,15 @@ def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list, new_it
     order["exchange_payment_method_id"] = payment_method_id
     order["exchange_price_difference"] = difference
     return json.dumps(order)
+
+
+def _delivered_order(db: Db, order_id: str, verb: str) -> tuple[dict | None, str | None]:
+    if not db.has("orders", order_id):
+        return None, "Error: order not found"
+    order = db.read("orders", order_id)
+    if order["status"] != "delivered":
+        return None, f"Error: non-delivered order cannot be {verb}"
+    return order, None
 
 
 def _pending_order(db: Db, order_id: str) -> tuple[dict | None, str | None]:
@@ -260,11 +267,9 @@ def modify_user_address(db: Db, user_id: str, address1: str, address2: str, city
 def return_delivered_order_items(db: Db, order_id: str, item_ids: list,
                                  payment_method_id: str) -> str:
     """Requests a return of delivered items, refunded to the original method or a gift card."""
-    if not db.has("orders", order_id):
-        return "Error: order not found"
-    order = db.read("orders", order_id)
-    if order["status"] != "delivered":
-        return "Error: non-delivered order cannot be returned"
+    order, error = _delivered_order(db, order_id, "returned")
+    if error:
+        return error
     if payment_method_id not in db.read("users", order["user_id"])["payment_methods"]:
         return "Error: payment method not found"
     if ("gift_card" not in payment_method_id
