@@ -15,7 +15,7 @@ $(VENV)/.test: $(VENV)/.base
 	touch $@
 
 demo: $(VENV)/.base
-	$(PY) -m prover_jax.demo
+	$(PY) -m prover_jax.train
 
 test: $(VENV)/.test
 	$(PY) -m pytest -q
