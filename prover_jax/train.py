@@ -139,7 +139,7 @@ def host_inputs(method: str, groups: list[list[Episode]], pool: EnvPool, policy,
         credits = []
         for group in groups:
             rewards = np.array([e.reward for e in group], np.float32)
-            base = rewards - rewards.mean()  # GRPO's outcome (SPEC §1, scale "none")
+            base = np.asarray(credit.grpo(rewards, np.zeros(len(group), np.int32)))
             rollouts = [Rollout(e.states, tuple(a.text for a in e.actions), e.reward)
                         for e in group]
             credits.append(credit_group(env.verifier(group[0].task), rollouts, base))
