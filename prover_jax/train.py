@@ -20,7 +20,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-import jax
 import numpy as np
 
 import envs
@@ -101,11 +100,7 @@ def tiny_model(vocab_size: int, seed: int = 0):
     cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=vocab_size, hidden_size=64,
                           intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                           head_dim=16, qk_norm=True)
-    rng = np.random.default_rng(seed)
-    params = jax.tree.map(
-        lambda info: ((1.0 if info.init == "ones" else 0.0)
-                      + rng.normal(0, 0.02, info.shape)).astype(np.float32),
-        qwen.describe(cfg), is_leaf=lambda x: isinstance(x, qwen.ArrayInfo))
+    params = qwen.init_numpy(cfg, seed)
     return cfg, params
 
 
@@ -123,8 +118,8 @@ def environment_texts(env: envs.Env, episodes: int = 20, seed: int = 0) -> list[
     return texts
 
 
-def host_inputs(method: str, groups: list[list[Episode]], pool: EnvPool, policy, rng,
-                config: TrainConfig, num_rows: int, num_turns: int) -> tuple[dict, dict]:
+def host_inputs(method: str, env: envs.Env, groups: list[list[Episode]], pool: EnvPool, policy,
+                rng, config: TrainConfig, num_rows: int, num_turns: int) -> tuple[dict, dict]:
     """The credit method's extra kernel inputs, and host diagnostics."""
     inputs, logs = {}, {}
     if "prover" in method:
@@ -135,7 +130,6 @@ def host_inputs(method: str, groups: list[list[Episode]], pool: EnvPool, policy,
     if "vict" in method:
         from vict_jax.pipeline import Rollout, batch_inputs, credit_group
 
-        env = envs.make(config.env)
         credits = []
         for group in groups:
             rewards = np.array([e.reward for e in group], np.float32)
@@ -192,8 +186,8 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
                       for g in range(config.groups)]
             batch = to_batch(groups, tokenizer, system)
             rows, turns = batch.turn_valid.shape
-            inputs, logs = host_inputs(config.credit, groups, pool, policy, rng, config, rows,
-                                       turns)
+            inputs, logs = host_inputs(config.credit, env, groups, pool, policy, rng, config,
+                                       rows, turns)
             advantages = credit.compute(config.credit, batch, inputs).tokens
             old = learner.logprobs(state.params, batch.tokens)
             state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))

@@ -4,10 +4,22 @@ checkpoints, sampler, sharding rules, tokenizer and chat rendering."""
 from models.qwen.checkpoint import load, read_config, save
 from models.qwen.config import QwenConfig, from_hf_config, to_hf_config
 from models.qwen.model import Cache, forward, init_cache, positions_from_mask
-from models.qwen.params import ArrayInfo, abstract, describe, init
+from models.qwen.params import ArrayInfo, abstract, describe, init, init_numpy
 
 __all__ = [
-    "ArrayInfo", "Cache", "QwenConfig", "abstract", "describe", "forward", "from_hf_config",
-    "init", "init_cache", "load", "positions_from_mask", "read_config", "save",
+    "ArrayInfo",
+    "Cache",
+    "QwenConfig",
+    "abstract",
+    "describe",
+    "forward",
+    "from_hf_config",
+    "init",
+    "init_cache",
+    "init_numpy",
+    "load",
+    "positions_from_mask",
+    "read_config",
+    "save",
     "to_hf_config",
 ]

@@ -15,6 +15,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models.qwen.config import QwenConfig
 
@@ -108,6 +109,22 @@ def abstract(cfg: QwenConfig, dtype=jnp.float32):
     """The params pytree as `jax.ShapeDtypeStruct`s (no memory)."""
     return jax.tree.map(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), describe(cfg, dtype),
                         is_leaf=_is_info)
+
+
+def init_numpy(cfg: QwenConfig, seed: int = 0, scale: float = 0.02):
+    """Random float32 parameters like `init`, drawn on the host with numpy.
+
+    No compilation: `init` compiles a threefry program per weight shape, seconds on CPU, which
+    matters for tiny models in tests and demos.
+    """
+    rng = np.random.default_rng(seed)
+
+    def make(i: ArrayInfo) -> np.ndarray:
+        if i.init in ("ones", "zeros"):
+            return np.full(i.shape, 1.0 if i.init == "ones" else 0.0, np.float32)
+        return (scale * rng.normal(size=i.shape)).astype(np.float32)
+
+    return jax.tree.map(make, describe(cfg), is_leaf=_is_info)
 
 
 def init(cfg: QwenConfig, key: jax.Array, dtype=jnp.float32, scale: float = 0.02):

@@ -24,7 +24,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion
 
-from prover_jax.server.backend import ToolCall
+from prover_jax.server.backend import ToolCall, assistant_message
 
 ENV_BASE_URL = "PROVER_JUDGE_BASE_URL"
 ENV_MODEL = "PROVER_JUDGE_MODEL"
@@ -77,13 +77,7 @@ class Reply:
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to the conversation."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments}}
-                for c in self.tool_calls]
-        return message
+        return assistant_message(self.content, self.tool_calls)
 
 
 class LLMError(Exception):

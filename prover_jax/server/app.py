@@ -20,7 +20,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from prover_jax.server.backend import Backend, BackendError, ChatReply, ChatRequest
+from prover_jax.server.backend import (
+    Backend,
+    BackendError,
+    ChatReply,
+    ChatRequest,
+    assistant_message,
+)
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -89,12 +95,7 @@ def parse_request(body: Any) -> ChatRequest:
 
 def completion_body(model: str, reply: ChatReply) -> dict[str, Any]:
     """The ``chat.completion`` JSON object for ``reply``."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    if reply.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
-            for c in reply.tool_calls]
+    message = assistant_message(reply.content, reply.tool_calls)
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",

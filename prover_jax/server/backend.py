@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -34,6 +34,16 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+
+
+def assistant_message(content: str | None, tool_calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """The OpenAI chat-format assistant message with these contents and tool calls."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in tool_calls]
+    return message
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,11 +71,20 @@ def test_hybrid_model_sharded_forward_equals_unsharded():
     np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-5)
 
 
+def _is_info(x):
+    return isinstance(x, qwen.ArrayInfo)
+
+
 def test_abstract_params_match_init():
     shapes = jax.tree.map(lambda x: (x.shape, x.dtype), qwen.init(CFG, jax.random.key(0)))
     abstract = jax.tree.map(lambda x: (x.shape, x.dtype), qwen.abstract(CFG))
     assert shapes == abstract
     assert qwen.abstract(CFG, jax.numpy.bfloat16)["attn"]["q"].dtype == jax.numpy.bfloat16
+    host = qwen.init_numpy(CFG, seed=1)
+    assert jax.tree.map(lambda x: (x.shape, x.dtype), host) == shapes
+    norms = [x for info, x in zip(jax.tree.leaves(qwen.describe(CFG), is_leaf=_is_info),
+                                  jax.tree.leaves(host)) if info.init == "ones"]
+    assert norms and all((x == 1).all() for x in norms)
 
 
 def test_collisions_and_unknown_axes_are_errors():

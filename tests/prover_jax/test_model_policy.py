@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 
-import jax
 import numpy as np
 import pytest
 
@@ -35,11 +34,7 @@ def _policy(tokenizer, temperature=1.0):
     cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=len(tokenizer), hidden_size=32,
                           intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
                           head_dim=8, qk_norm=True)
-    rng = np.random.default_rng(0)
-    params = jax.tree.map(
-        lambda info: ((1.0 if info.init == "ones" else 0.0)
-                      + rng.normal(0, 0.1, info.shape)).astype(np.float32),
-        qwen.describe(cfg), is_leaf=lambda x: isinstance(x, qwen.ArrayInfo))
+    params = qwen.init_numpy(cfg, scale=0.1)
     sampling = SamplingConfig(max_new_tokens=8, temperature=temperature, min_prompt_tokens=256)
     return ModelPolicy(params, cfg, tokenizer, "You are a household agent.", sampling)
 
