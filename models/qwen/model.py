@@ -36,8 +36,8 @@ class Cache(NamedTuple):
     layer of that kind).
     """
 
-    k: jax.Array  # [n_full, B, S, K, E]
-    v: jax.Array  # [n_full, B, S, K, E]
+    k: jax.Array  # [n_full, B, K, S, E]
+    v: jax.Array  # [n_full, B, K, S, E]
     valid: jax.Array  # bool [B, S]
     length: jax.Array  # int32 scalar: slots written so far
     history: jax.Array  # [n_linear, B, conv_kernel - 1, conv_channels]
@@ -46,7 +46,7 @@ class Cache(NamedTuple):
 
 def init_cache(cfg: QwenConfig, batch: int, max_len: int, dtype=jnp.float32) -> Cache:
     """An empty cache of `max_len` slots."""
-    kv = (cfg.num_full, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    kv = (cfg.num_full, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     conv = (cfg.num_linear, batch, max(cfg.linear_conv_kernel - 1, 0), cfg.linear_conv_dim)
     state = (cfg.num_linear, batch, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
              cfg.linear_value_head_dim)
@@ -89,120 +89,110 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 ATTENTION_BLOCK = 256
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | None,
               k_valid: jax.Array, block: int = ATTENTION_BLOCK) -> jax.Array:
-    """Grouped-query causal attention; blocked (`blocked_attention`) beyond `block` queries.
+    """Grouped-query causal attention.
+
+    The queries of one kv head are laid out as rows [L * G, E], so scores and outputs are one
+    batched matmul per (row, kv head). Without a cache (`q_slots` None) query block i attends
+    to key blocks 0..i only: statically sliced, so the causally masked part is never computed
+    and memory is O(block * S) per block.
 
     Args:
-      q: [B, L, H, E] queries at cache slots `q_slots` [L].
-      k, v: [B, S, K, E] keys/values at slots 0..S-1.
+      q: [B, L, H, E] queries.
+      k, v: [B, K, S, E] keys/values at slots 0..S-1.
+      q_slots: int32 [L] cache slots of the queries; None when the queries are the keys
+        themselves (query i at slot i, S == L).
       k_valid: bool [B, S] slots holding a real token.
-      block: query count above which the blocked form is used, and its block size.
+      block: queries per block in the cache-free case.
 
     Returns:
       [B, L, H, E].
     """
-    if q.shape[1] > block:
-        return blocked_attention(q, k, v, q_slots, k_valid, block)
     b, l, h, e = q.shape
-    kv_heads = k.shape[2]
-    q = q.reshape(b, l, kv_heads, h // kv_heads, e)
-    scores = jnp.einsum("blkge,bske->bkgls", q, k, preferred_element_type=jnp.float32)
-    scores = scores * (e ** -0.5)
-    causal = jnp.arange(k.shape[1])[None, :] <= q_slots[:, None]  # [L, S]
-    mask = causal[None, :, :] & k_valid[:, None, :]  # [B, L, S]
-    scores = jnp.where(mask[:, None, None], scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgls,bske->blkge", probs, v)
-    return out.reshape(b, l, h, e)
+    kv_heads, s = k.shape[1], k.shape[2]
+    g = h // kv_heads
+    rows = q.reshape(b, l, kv_heads, g, e).transpose(0, 2, 1, 3, 4) * (e ** -0.5)
+    if q_slots is None:
+        spans = [(lo, min(lo + block, l), min(lo + block, l)) for lo in range(0, l, block)]
+        q_slots = jnp.arange(l)
+    else:
+        spans = [(0, l, s)]
+    outs = []
+    for lo, hi, keys in spans:  # query rows lo..hi-1 see key slots 0..keys-1
+        scores = jnp.einsum("bkqe,bkse->bkqs", rows[:, :, lo:hi].reshape(b, kv_heads, -1, e),
+                            k[:, :, :keys], preferred_element_type=jnp.float32)
+        slots = jnp.repeat(q_slots[lo:hi], g)
+        mask = (jnp.arange(keys)[None, :] <= slots[:, None])[None] & k_valid[:, None, :keys]
+        scores = jnp.where(mask[:, None], scores, NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bkqs,bkse->bkqe", probs, v[:, :, :keys])
+        outs.append(out.reshape(b, kv_heads, hi - lo, g, e))
+    out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
+    return out.transpose(0, 2, 1, 3, 4).reshape(b, l, h, e)
 
 
-def blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
-                      k_valid: jax.Array, block: int) -> jax.Array:
-    """`attention` one block of queries at a time with an online softmax over key blocks.
-
-    Memory is O(L * block) instead of O(L * S), and each query block computes only the key
-    blocks up to its last slot, skipping the causally masked part (the loop runs over all key
-    blocks with a conditional body, so it stays differentiable). Same arguments as
-    `attention`.
-    """
-    b, l, h, e = q.shape
-    s, kv_heads = k.shape[1], k.shape[2]
-    n_q, n_k = -(-l // block), -(-s // block)
-    q = jnp.pad(q, [(0, 0), (0, n_q * block - l), (0, 0), (0, 0)])
-    q = q.reshape(b, n_q, block, kv_heads, h // kv_heads, e) * (e ** -0.5)
-    q_slots = jnp.pad(q_slots, (0, n_q * block - l), mode="edge").reshape(n_q, block)
-    pad_k = [(0, 0), (0, n_k * block - s), (0, 0), (0, 0)]
-    k = jnp.pad(k, pad_k).reshape(b, n_k, block, kv_heads, e)
-    v = jnp.pad(v, pad_k).reshape(b, n_k, block, kv_heads, e)
-    k_valid = jnp.pad(k_valid, [(0, 0), (0, n_k * block - s)]).reshape(b, n_k, block)
-
-    def query_block(i):
-        qi, slots = q[:, i], q_slots[i]
-
-        def key_block(j, carry):
-            top, total, acc = carry  # running max, softmax mass, weighted values
-            scores = jnp.einsum("bqkge,bske->bkgqs", qi, k[:, j],
-                                preferred_element_type=jnp.float32)
-            key_slots = j * block + jnp.arange(block)
-            mask = (key_slots[None, :] <= slots[:, None])[None] & k_valid[:, j][:, None, :]
-            scores = jnp.where(mask[:, None, None], scores, NEG_INF)
-            new_top = jnp.maximum(top, scores.max(axis=-1))
-            probs = jnp.exp(scores - new_top[..., None])
-            rescale = jnp.exp(top - new_top)
-            acc = acc * rescale[..., None] + jnp.einsum(
-                "bkgqs,bske->bkgqe", probs.astype(v.dtype), v[:, j],
-                preferred_element_type=jnp.float32)
-            return new_top, total * rescale + probs.sum(axis=-1), acc
-
-        shape = (b, kv_heads, h // kv_heads, block)
-        init = (jnp.full(shape, NEG_INF, jnp.float32), jnp.zeros(shape, jnp.float32),
-                jnp.zeros((*shape, e), jnp.float32))
-        last = jnp.max(slots) // block
-
-        def visit(j, carry):  # a fixed trip count keeps the loop reverse-differentiable
-            return jax.lax.cond(j <= last, key_block, lambda _, c: c, j, carry)
-
-        _, total, acc = jax.lax.fori_loop(0, n_k, visit, init)
-        out = acc / total[..., None]  # [b, k, g, block, e]
-        return jnp.moveaxis(out, 3, 1).reshape(b, block, h, e).astype(q.dtype)
-
-    out = jax.lax.map(query_block, jnp.arange(n_q))  # [n_q, b, block, h, e]
-    return jnp.moveaxis(out, 0, 1).reshape(b, n_q * block, h, e)[:, :l]
+def heads_projection(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [B, L, D] @ w [D, N, E] -> [B, L, N, E], as one [B*L, D] @ [D, N*E] matmul."""
+    return (x @ w.reshape(w.shape[0], -1)).reshape(*x.shape[:-1], *w.shape[1:])
 
 
 def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, kv, length):
-    """A full-attention mixer on normalised input h [B, L, D]; returns (output, new (k, v))."""
+    """A full-attention mixer on normalised input h [B, L, D]; returns (output, new (k, v)).
+
+    `kv` is None (no cache: `q_slots` must be None too) or this layer's cache (k, v), each
+    [B, K, S, E]; the new keys and values are written at slots `length ..`.
+    """
     eps = cfg.rms_norm_eps
-    q = jnp.einsum("bld,dhe->blhe", h, w["q"])
-    k = jnp.einsum("bld,dke->blke", h, w["k"])
-    v = jnp.einsum("bld,dke->blke", h, w["v"])
+    q, k, v = (heads_projection(h, w[name]) for name in ("q", "k", "v"))
     if "q_bias" in w:
         q, k, v = q + w["q_bias"], k + w["k_bias"], v + w["v_bias"]
     if cfg.qk_norm:
         q = rms_norm(q, w["q_norm"], eps, cfg.norm_plus_one)
         k = rms_norm(k, w["k_norm"], eps, cfg.norm_plus_one)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, L, E]
     if kv is None:
         keys, values, new_kv = k, v, None
     else:
-        keys = jax.lax.dynamic_update_slice_in_dim(kv[0], k.astype(kv[0].dtype), length, axis=1)
-        values = jax.lax.dynamic_update_slice_in_dim(kv[1], v.astype(kv[1].dtype), length, axis=1)
+        keys = jax.lax.dynamic_update_slice_in_dim(kv[0], k.astype(kv[0].dtype), length, axis=2)
+        values = jax.lax.dynamic_update_slice_in_dim(kv[1], v.astype(kv[1].dtype), length, axis=2)
         new_kv = (keys, values)
     out = attention(q, keys.astype(q.dtype), values.astype(q.dtype), q_slots, valid)
     if cfg.attn_output_gate:
-        out = out * jax.nn.sigmoid(jnp.einsum("bld,dhe->blhe", h, w["q_gate"]))
-    out = jnp.einsum("blhe,hed->bld", out, w["o"])
+        out = out * jax.nn.sigmoid(heads_projection(h, w["q_gate"]))
+    out = out.reshape(*out.shape[:2], -1) @ w["o"].reshape(-1, w["o"].shape[-1])
     return (out + w["o_bias"] if "o_bias" in w else out), new_kv
 
 
-def _tiles(tree, count: int):
-    """Reshapes stacked [n, ...] leaves to [count, n / count, ...]."""
-    return jax.tree.map(lambda x: x.reshape(count, x.shape[0] // count, *x.shape[1:]), tree)
+def _tiles(tree, tiles: int, per_tile: int):
+    """Reshapes stacked [tiles * per_tile, ...] leaves to [tiles, per_tile, ...].
+
+    With one layer per tile the leaves stay [tiles, ...]: XLA copies a stacked array reshaped to
+    [n, 1, ...] before the layer loop on every call, the whole weight set per decode step.
+    """
+    if per_tile == 1:
+        return tree
+    return jax.tree.map(lambda x: x.reshape(tiles, per_tile, *x.shape[1:]), tree)
 
 
-def _untile(tree):
+def _untile(tree, per_tile: int):
+    """Inverse of `_tiles`."""
+    if per_tile == 1:
+        return tree
     return jax.tree.map(lambda x: x.reshape(x.shape[0] * x.shape[1], *x.shape[2:]), tree)
+
+
+def _member(tree, j: int, per_tile: int):
+    """Layer j of one tile of `_tiles` leaves."""
+    return tree if per_tile == 1 else jax.tree.map(operator.itemgetter(j), tree)
+
+
+def _stack(layers: list, per_tile: int, unchanged):
+    """The per-layer outputs of one tile in `_tiles` layout (`unchanged` when there are none)."""
+    if not layers:
+        return unchanged
+    return layers[0] if per_tile == 1 else jax.tree.map(lambda *x: jnp.stack(x), *layers)
 
 
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
@@ -236,7 +226,7 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     cos, sin = rotary(cfg, positions, cfg.rotary_dim)
     token_valid = positions >= 0
     if cache is None:
-        q_slots, valid, length = jnp.arange(l), token_valid, jnp.zeros((), jnp.int32)
+        q_slots, valid, length = None, token_valid, jnp.zeros((), jnp.int32)
         fresh = init_cache(cfg, batch, 0, x.dtype)
         history, state = fresh.history, fresh.state
     else:
@@ -247,38 +237,38 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
 
     pattern = cfg.pattern
     tiles = cfg.num_layers // len(pattern)
+    n_full = pattern.count(FULL)
+    n_linear = len(pattern) - n_full
     kv = None if cache is None else (cache.k, cache.v)
-    xs = (_tiles(params["layers"], tiles), _tiles(params["attn"], tiles),
-          _tiles(params.get("linear", {}), tiles), None if kv is None else _tiles(kv, tiles),
-          _tiles((history, state), tiles))
+    xs = (_tiles(params["layers"], tiles, len(pattern)),
+          _tiles(params["attn"], tiles, n_full),
+          _tiles(params.get("linear", {}), tiles, n_linear),
+          None if kv is None else _tiles(kv, tiles, n_full),
+          _tiles((history, state), tiles, n_linear))
 
     def tile(x, xs):
-        common, attn, linear, kv, (history, state) = xs
-        new_kv, new_history, new_state = [], [], []
+        common, attn, linear, kv, recurrent = xs
+        new_kv, new_recurrent = [], []
         for i, kind in enumerate(pattern):
-            h = rms_norm(x, common["attn_norm"][i], cfg.rms_norm_eps, cfg.norm_plus_one)
+            layer = _member(common, i, len(pattern))
+            h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
             if kind == FULL:
                 j = len(new_kv)
-                w = jax.tree.map(operator.itemgetter(j), attn)
-                layer_kv = None if kv is None else (kv[0][j], kv[1][j])
-                out, layer_kv = full_attention(cfg, h, w, cos, sin, q_slots, valid, layer_kv,
-                                               length)
+                layer_kv = None if kv is None else _member(kv, j, n_full)
+                out, layer_kv = full_attention(cfg, h, _member(attn, j, n_full), cos, sin,
+                                               q_slots, valid, layer_kv, length)
                 new_kv.append(layer_kv)
             else:
-                j = len(new_history)
-                w = jax.tree.map(operator.itemgetter(j), linear)
-                out, layer_history, layer_state = gated_deltanet(
-                    cfg, h, w, token_valid, history[j], state[j], use_chunks)
-                new_history.append(layer_history)
-                new_state.append(layer_state)
+                j = len(new_recurrent)
+                history, state = _member(recurrent, j, n_linear)
+                out, history, state = gated_deltanet(cfg, h, _member(linear, j, n_linear),
+                                                     token_valid, history, state, use_chunks)
+                new_recurrent.append((history, state))
             x = x + out
-            h = rms_norm(x, common["mlp_norm"][i], cfg.rms_norm_eps, cfg.norm_plus_one)
-            x = x + (jax.nn.silu(h @ common["gate"][i]) * (h @ common["up"][i])) @ common["down"][i]
-        stacked_kv = None if kv is None else tuple(
-            jnp.stack([pair[n] for pair in new_kv]) if new_kv else kv[n] for n in (0, 1))
-        recurrent = tuple(jnp.stack(parts) if parts else old for parts, old in
-                          ((new_history, history), (new_state, state)))
-        return x, (stacked_kv, recurrent)
+            h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
+            x = x + (jax.nn.silu(h @ layer["gate"]) * (h @ layer["up"])) @ layer["down"]
+        return x, (None if kv is None else _stack(new_kv, n_full, kv),
+                   _stack(new_recurrent, n_linear, recurrent))
 
     if remat:
         tile = jax.checkpoint(tile, prevent_cse=False)
@@ -290,8 +280,9 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
     if cache is None:
         return logits, None
-    k, v = _untile(kv_out)
-    return logits, Cache(k, v, valid, cache.length + l, _untile(history), _untile(state))
+    k, v = _untile(kv_out, n_full)
+    history, state = _untile((history, state), n_linear)
+    return logits, Cache(k, v, valid, cache.length + l, history, state)
 
 
 def positions_from_mask(mask: jax.Array) -> jax.Array:

@@ -108,7 +108,7 @@ def test_prefill_then_decode_equals_full_forward(tiny):
         logits, cache = step(params, cfg, tokens[:, i:i + 1], positions[:, i:i + 1], cache)
         pieces.append(logits)
     decoded = np.concatenate(pieces, axis=1)
-    np.testing.assert_allclose(decoded[mask], np.asarray(full)[mask], atol=1e-5)
+    np.testing.assert_allclose(decoded[mask], np.asarray(full)[mask], atol=2e-5)
     assert int(cache.length) == 11
 
 
@@ -274,23 +274,32 @@ def test_bad_checkpoints_name_the_problem(tiny, tmp_path):
         qwen.load(tmp_path)
 
 
-@pytest.mark.parametrize("offset", [0, 7])
-def test_blocked_attention_equals_dense(offset):
-    """Blocked attention (online softmax, causal block skipping) against the dense form, with
-    left padding, GQA and queries that continue a cache (slots start at `offset`)."""
-    from models.qwen.model import attention, blocked_attention
+def test_attention_equals_numpy():
+    """Attention against a dense numpy softmax over the causally visible, valid keys, with left
+    padding and GQA: cache-free (query blocks skip later key blocks; L not a multiple of the
+    block) and continuing a cache (queries start at slot 7)."""
+    from models.qwen.model import attention
 
-    rng = np.random.default_rng(offset)
-    b, l, h, kv, e = 2, 45, 4, 2, 8
-    s = l + offset
-    q = jnp.asarray(rng.normal(size=(b, l, h, e)), jnp.float32)
-    k = jnp.asarray(rng.normal(size=(b, s, kv, e)), jnp.float32)
-    v = jnp.asarray(rng.normal(size=(b, s, kv, e)), jnp.float32)
-    valid = np.ones((b, s), bool)
-    valid[1, :offset + 5] = False
-    q_slots = jnp.arange(offset, offset + l)
-    dense = attention(q, k, v, q_slots, jnp.asarray(valid), block=1024)
-    blocked = jax.jit(blocked_attention, static_argnums=5)(q, k, v, q_slots,
-                                                          jnp.asarray(valid), 16)
-    real = np.arange(l)[None, :] + offset >= np.where(np.arange(b) == 1, offset + 5, 0)[:, None]
-    np.testing.assert_allclose(np.asarray(blocked)[real], np.asarray(dense)[real], atol=1e-5)
+    rng = np.random.default_rng(0)
+    b, l, h, kv, e, offset = 2, 45, 4, 2, 8, 7
+    for start, block in ((0, 16), (offset, 16), (0, 1024)):
+        s = l + start
+        q = rng.normal(size=(b, l, h, e)).astype(np.float32)
+        k = rng.normal(size=(b, kv, s, e)).astype(np.float32)
+        v = rng.normal(size=(b, kv, s, e)).astype(np.float32)
+        valid = np.ones((b, s), bool)
+        valid[1, :start + 5] = False
+        q_slots = None if start == 0 else jnp.arange(start, start + l)
+        got = np.asarray(attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), q_slots,
+                                   jnp.asarray(valid), block))
+        for row in range(b):
+            for i in range(l):
+                seen = valid[row, :start + i + 1]
+                if not seen.any():
+                    continue
+                for head in range(h):
+                    keys, values = k[row, head // 2, :start + i + 1], v[row, head // 2, :start + i + 1]
+                    scores = keys[seen] @ q[row, i, head] / np.sqrt(e)
+                    weights = np.exp(scores - scores.max())
+                    want = weights @ values[seen] / weights.sum()
+                    np.testing.assert_allclose(got[row, i, head], want, atol=1e-5)
