@@ -141,3 +141,34 @@ def test_continuing_reuses_the_cache(tiny):
                                   np.asarray(fresh.tokens)[:, :4])
     np.testing.assert_allclose(np.asarray(second.logprobs)[:, :4],
                                np.asarray(fresh.logprobs)[:, :4], atol=1e-4)
+
+
+def test_sampled_tokens_follow_the_truncated_softmax():
+    """20,000 draws per row against the exact probabilities: softmax(logits / T) renormalised
+    over the top-k / top-p set; tokens outside the set are never drawn (chi-square bound)."""
+    from models.qwen.sampler import sample_token
+
+    logits = jnp.asarray(np.random.default_rng(0).normal(0, 2, (3, 12)), jnp.float32)
+    draws = 20_000
+    many = jnp.repeat(logits, draws, axis=0)
+    cases = [(0.7, 0, 1.0), (1.3, 4, 1.0), (1.0, 0, 0.6)]
+    sample = jax.jit(sample_token)
+    for temperature, top_k, top_p in cases:
+        tokens, logprobs = sample(many, jax.random.key(1), jnp.float32(temperature),
+                                  jnp.int32(top_k), jnp.float32(top_p))
+        probs = np.asarray(jax.nn.softmax(logits / temperature), np.float64)
+        np.testing.assert_allclose(np.asarray(logprobs), np.log(np.repeat(probs, draws, 0))[
+            np.arange(len(tokens)), np.asarray(tokens)], atol=1e-5)
+        counts = np.asarray(tokens).reshape(3, draws)
+        for row in range(3):
+            order = np.argsort(-probs[row])
+            kept = order[:top_k] if top_k else order
+            before = np.cumsum(probs[row][kept]) - probs[row][kept]
+            kept = kept[before < top_p]
+            want = np.zeros(12)
+            want[kept] = probs[row][kept] / probs[row][kept].sum()
+            seen = np.bincount(counts[row], minlength=12)
+            assert seen[want == 0].sum() == 0
+            expected = want[kept] * draws
+            chi2 = np.sum((seen[kept] - expected) ** 2 / expected)
+            assert chi2 < len(kept) + 6 * np.sqrt(2 * len(kept)), (temperature, top_k, top_p)
