@@ -7,6 +7,12 @@ Hugging Face folder and loaded by both sides. Prefill: batch 8 x 512 tokens, one
 `model.generate`). Every measurement runs in its own process so its peak resident memory
 (ru_maxrss) is its own.
 
+Floors: what one phase would take if only its matmuls cost time. Prefill is compute-bound: its
+matmul FLOPs (2 x tokens x matmul parameters) at the GEMM rate this CPU reaches for the MLP's
+shape (4096 x D @ D x F, measured in the same process). Decode is bandwidth-bound: the matmul
+weights, read once per step, at the rate of a jitted sum over an array of that size. "bound" is
+the transformers time over our floor: the largest speedup any implementation could show.
+
 Usage: python bench/models.py [--families qwen2 qwen3 qwen3_5]
 Prints a table, writes bench/results/models.json and updates bench/RESULTS.md.
 """
@@ -84,7 +90,42 @@ def measure_ours(folder: Path, phase: str) -> float:
                             stop_tokens=jnp.array([-1], jnp.int32),
                             temperature=jnp.float32(0.0)).tokens
     jax.block_until_ready(call())
-    return min(timed(lambda: jax.block_until_ready(call())) for _ in range(3))
+    seconds = min(timed(lambda: jax.block_until_ready(call())) for _ in range(3))
+    return seconds, floor_seconds(cfg, params, phase)
+
+
+def matmul_weights(params) -> tuple[int, int]:
+    """Entries of the weight matrices of the layers, and of the LM head (the embedding when
+    tied); the embedding lookup costs no FLOPs."""
+    import jax
+
+    layers = sum(x.size for group in ("layers", "attn", "linear")
+                 for x in jax.tree.leaves(params.get(group, {})) if x.ndim >= 3)
+    head = params["lm_head"] if "lm_head" in params else params["embed"]
+    return layers, head.size
+
+
+def floor_seconds(cfg, params, phase: str) -> float:
+    """The phase's time if only its matmuls cost anything (see the module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def best(fn, *args):
+        jax.block_until_ready(fn(*args))
+        return min(timed(lambda: jax.block_until_ready(fn(*args))) for _ in range(5))
+
+    rows = BATCH * PREFILL_LEN
+    a = jnp.asarray(np.ones((rows, cfg.hidden_size), np.float32))
+    b = jnp.asarray(np.ones((cfg.hidden_size, cfg.intermediate_size), np.float32))
+    flops_per_s = 2 * a.size * cfg.intermediate_size / best(jax.jit(jnp.matmul), a, b)
+    layers, head = matmul_weights(params)
+    if phase == "prefill":
+        return 2 * rows * (layers + head) / flops_per_s
+    weights = jnp.ones(layers + head, jnp.float32)
+    read = best(jax.jit(jnp.sum), weights)  # one pass over the weights: one decode step
+    prompt = 2 * BATCH * PROMPT_LEN * layers / flops_per_s
+    return prompt + NEW_TOKENS * read
 
 
 def measure_theirs(folder: Path, phase: str) -> float:
@@ -104,7 +145,7 @@ def measure_theirs(folder: Path, phase: str) -> float:
                 x, attention_mask=torch.ones_like(x), max_new_tokens=NEW_TOKENS,
                 min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
         call()
-        return min(timed(call) for _ in range(3))
+        return min(timed(call) for _ in range(3)), None
 
 
 def timed(fn) -> float:
@@ -116,11 +157,11 @@ def timed(fn) -> float:
 def child(family: str, impl: str, phase: str, folder: Path) -> None:
     """Runs one measurement and prints it as JSON (the parent reads it)."""
     sys.path.insert(0, str(ROOT))
-    seconds = (measure_ours if impl == "ours" else measure_theirs)(folder, phase)
+    seconds, floor = (measure_ours if impl == "ours" else measure_theirs)(folder, phase)
     n_tokens = BATCH * (PREFILL_LEN if phase == "prefill" else NEW_TOKENS)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "tokens_per_s": n_tokens / seconds,
-                      "peak_mib": peak_mib}))
+                      "peak_mib": peak_mib, "floor_s": floor}))
 
 
 def run(families) -> list[dict]:
@@ -138,18 +179,22 @@ def run(families) -> list[dict]:
                     result[impl] = json.loads(out.stdout.strip().splitlines()[-1])
                 result["speedup"] = (result["ours"]["tokens_per_s"]
                                      / result["transformers"]["tokens_per_s"])
+                result["bound"] = result["transformers"]["seconds"] / result["ours"]["floor_s"]
                 rows.append(result)
     return rows
 
 
 def table(rows) -> str:
-    lines = [("| family | params | phase | ours tok/s | transformers tok/s | speedup | "
-              "ours peak MiB | transformers peak MiB |"),
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [("| family | params | phase | ours (s) | transformers (s) | ours tok/s | "
+              "transformers tok/s | speedup | matmul floor (s) | bound | ours peak MiB | "
+              "transformers peak MiB |"),
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['family']} | {r['params_m']:.0f}M | {r['phase']} | "
+                     f"{r['ours']['seconds']:.2f} | {r['transformers']['seconds']:.2f} | "
                      f"{r['ours']['tokens_per_s']:.0f} | {r['transformers']['tokens_per_s']:.0f} | "
-                     f"{r['speedup']:.2f}x | {r['ours']['peak_mib']:.0f} | "
+                     f"{r['speedup']:.2f}x | {r['ours']['floor_s']:.2f} | {r['bound']:.2f}x | "
+                     f"{r['ours']['peak_mib']:.0f} | "
                      f"{r['transformers']['peak_mib']:.0f} |")
     return "\n".join(lines)
 

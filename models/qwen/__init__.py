@@ -3,7 +3,7 @@ checkpoints, sampler, sharding rules, tokenizer and chat rendering."""
 
 from models.qwen.checkpoint import load, read_config, save
 from models.qwen.config import QwenConfig, from_hf_config, to_hf_config
-from models.qwen.model import Cache, forward, init_cache, positions_from_mask
+from models.qwen.model import Cache, forward, init_cache, lm_head, positions_from_mask
 from models.qwen.params import ArrayInfo, abstract, describe, init, init_numpy
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "init",
     "init_cache",
     "init_numpy",
+    "lm_head",
     "load",
     "positions_from_mask",
     "read_config",

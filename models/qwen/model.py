@@ -197,7 +197,8 @@ def _stack(layers: list, per_tile: int, unchanged):
 
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
             cache: Cache | None = None, use_chunks: bool | None = None,
-            last_only: bool = False, remat: bool = False) -> tuple[jax.Array, Cache | None]:
+            last_only: bool = False, remat: bool = False,
+            hidden_only: bool = False) -> tuple[jax.Array, Cache | None]:
     """Logits of every token, and the updated cache.
 
     Layers are scanned in tiles of `cfg.pattern` (one layer for Qwen2/3, e.g. three DeltaNet
@@ -214,9 +215,12 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
       last_only: compute logits for the last position only ([B, 1, V]), as sampling needs.
       remat: recompute each layer tile's activations in the backward pass, keeping only its
         input (training memory; no effect on the values).
+      hidden_only: return the final normalised hidden states [B, L, D] (the params' dtype)
+        instead of logits, for a caller that applies `lm_head` itself, e.g. in chunks.
 
     Returns:
-      (float32 logits [B, L, V], the cache with these tokens written, or None).
+      (float32 logits [B, L, V] (or the hidden states, see `hidden_only`), the cache with
+      these tokens written, or None).
     """
     batch, l = tokens.shape
     if cache is not None and l > cache.valid.shape[1]:
@@ -276,13 +280,21 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     if last_only:
         x = x[:, -1:]
     x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
-    head = params["embed"].T if cfg.tie_word_embeddings else params["lm_head"]
-    logits = jnp.einsum("bld,dv->blv", x, head, preferred_element_type=jnp.float32)
+    if hidden_only:
+        logits = x
+    else:
+        logits = jnp.einsum("bld,dv->blv", x, lm_head(params, cfg),
+                            preferred_element_type=jnp.float32)
     if cache is None:
         return logits, None
     k, v = _untile(kv_out, n_full)
     history, state = _untile((history, state), n_linear)
     return logits, Cache(k, v, valid, cache.length + l, history, state)
+
+
+def lm_head(params, cfg: QwenConfig) -> jax.Array:
+    """The output projection [D, V]: the embedding transposed when the model ties them."""
+    return params["embed"].T if cfg.tie_word_embeddings else params["lm_head"]
 
 
 def positions_from_mask(mask: jax.Array) -> jax.Array:

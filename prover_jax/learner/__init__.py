@@ -7,6 +7,7 @@
 from prover_jax.learner.checkpoint import Checkpoints
 from prover_jax.learner.config import LearnerConfig, LossConfig, OptimizerConfig
 from prover_jax.learner.loss import (
+    head_logprobs,
     loss_weights,
     next_token_logprobs,
     policy_loss,
@@ -25,6 +26,6 @@ from prover_jax.learner.step import (
 
 __all__ = [
     "Checkpoints", "Learner", "LearnerConfig", "LossConfig", "OptimizerConfig", "TrainBatch",
-    "TrainState", "loss_weights", "next_token_logprobs", "policy_logprobs", "policy_loss",
+    "TrainState", "head_logprobs", "loss_weights", "next_token_logprobs", "policy_logprobs", "policy_loss",
     "token_terms", "train_step", "trained_tokens", "validate_train_batch", "weighted_loss",
 ]

@@ -122,6 +122,9 @@ class LearnerConfig:
         optimizer state stay float32.
       remat: recompute each layer's activations in the backward pass instead of keeping them
         (less memory, about one more forward pass of compute).
+      logits_chunk: the LM head and log-softmax run over this many positions of every row at
+        a time and the backward pass recomputes them (`loss.head_logprobs`): the [B, L, V]
+        logits never exist at once, for one more head matmul.
     """
 
     loss: LossConfig = LossConfig()
@@ -129,6 +132,7 @@ class LearnerConfig:
     micro_batches: int = 1
     compute_dtype: ComputeDtype = "bfloat16"
     remat: bool = False
+    logits_chunk: int = 512
 
     def __post_init__(self):
         for name, kind in (("loss", LossConfig), ("optimizer", OptimizerConfig)):
@@ -136,4 +140,5 @@ class LearnerConfig:
                 raise TypeError(f"{name} must be a {kind.__name__}, got "
                                  f"{type(getattr(self, name)).__name__}")
         _check_range("micro_batches", self.micro_batches, 1)
+        _check_range("logits_chunk", self.logits_chunk, 1)
         check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)

@@ -72,6 +72,101 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array
     return _shift_right(picked - normaliser), _shift_right(entropy)
 
 
+def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array,
+                  chunk: int) -> tuple[jax.Array, jax.Array]:
+    """`next_token_logprobs(hidden @ head, tokens)` without the [B, L, V] logits in memory.
+
+    The LM head, log-softmax and entropy run over `chunk` positions of every row at a time in
+    `lax.scan`; the backward pass recomputes each chunk's logits (one more head matmul) instead
+    of keeping them, so memory for the head is O(B * chunk * V) whatever L (a 151k-entry
+    vocabulary makes [B, L, V] float32 logits the largest array of a training step).
+
+    Args:
+      hidden: float [B, L, D] final normalised hidden states (`forward(..., hidden_only=True)`).
+      head: float [D, V] the LM head (`models.qwen.lm_head`).
+      tokens: int [B, L].
+      chunk: positions per chunk (L is padded up to a multiple).
+
+    Returns:
+      (logprobs, entropy), float32 [B, L], as `next_token_logprobs`; the gradient reaches
+      `hidden` and `head` through the log-probabilities only.
+    """
+    check_arrays({"hidden": (hidden, "b l d", "f"), "head": (head, "d v", "f"),
+                  "tokens": (tokens, "b l", "i")})
+    length = tokens.shape[1]
+    chunk = max(1, min(chunk, length))
+    padded = -(-length // chunk) * chunk
+    following = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    pad = [(0, 0), (0, padded - length)]
+    logprobs, entropy = _chunked_logprobs(jnp.pad(hidden, [*pad, (0, 0)]), head,
+                                          jnp.pad(following, pad), chunk)
+    return _shift_right(logprobs[:, :length]), _shift_right(entropy[:, :length])
+
+
+def _chunks(x: jax.Array, chunk: int) -> jax.Array:
+    """[B, n * chunk, ...] -> [n, B, chunk, ...]."""
+    return jnp.moveaxis(x.reshape(x.shape[0], -1, chunk, *x.shape[2:]), 1, 0)
+
+
+def _unchunk(x: jax.Array) -> jax.Array:
+    """[n, B, chunk, ...] -> [B, n * chunk, ...]."""
+    x = jnp.moveaxis(x, 0, 1)
+    return x.reshape(x.shape[0], -1, *x.shape[3:])
+
+
+def _chunk_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
+    return jnp.einsum("bcd,dv->bcv", hidden, head, preferred_element_type=jnp.float32)
+
+
+def _chunked_forward(hidden, head, following, chunk):
+    """(logprobs, entropy) [B, L] of the tokens `following` each position, and the log-sum-exp
+    [B, L] the backward pass needs."""
+    def body(_, xs):
+        h, target = xs
+        logits = _chunk_logits(h, head)
+        normaliser = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, target[..., None], axis=-1)[..., 0]
+        probs = jnp.exp(logits - normaliser[..., None])
+        entropy = normaliser - jnp.sum(probs * logits, axis=-1)
+        return None, (picked - normaliser, entropy, normaliser)
+
+    _, outs = jax.lax.scan(body, None, (_chunks(hidden, chunk), _chunks(following, chunk)))
+    logprobs, entropy, normaliser = map(_unchunk, outs)
+    return (logprobs, entropy), normaliser
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _chunked_logprobs(hidden, head, following, chunk):
+    return _chunked_forward(hidden, head, following, chunk)[0]
+
+
+def _chunked_logprobs_fwd(hidden, head, following, chunk):
+    out, normaliser = _chunked_forward(hidden, head, following, chunk)
+    return out, (hidden, head, following, normaliser)
+
+
+def _chunked_logprobs_bwd(chunk, residuals, cotangents):
+    hidden, head, following, normaliser = residuals
+    d_logprobs = cotangents[0].astype(jnp.float32)  # entropy is a metric: no gradient
+
+    def body(d_head, xs):
+        h, target, lse, g = xs
+        probs = jnp.exp(_chunk_logits(h, head) - lse[..., None])
+        picked = jnp.arange(head.shape[1]) == target[..., None]
+        d_logits = ((picked - probs) * g[..., None]).astype(head.dtype)
+        d_h = jnp.einsum("bcv,dv->bcd", d_logits, head, preferred_element_type=jnp.float32)
+        d_head = d_head + jnp.einsum("bcd,bcv->dv", h, d_logits,
+                                     preferred_element_type=jnp.float32)
+        return d_head, d_h.astype(hidden.dtype)
+
+    xs = tuple(_chunks(x, chunk) for x in (hidden, following, normaliser, d_logprobs))
+    d_head, d_hidden = jax.lax.scan(body, jnp.zeros(head.shape, jnp.float32), xs)
+    return _unchunk(d_hidden), d_head.astype(head.dtype), None
+
+
+_chunked_logprobs.defvjp(_chunked_logprobs_fwd, _chunked_logprobs_bwd)
+
+
 def _shift_right(x: jax.Array) -> jax.Array:
     """[B, L] values at u-1 moved to u; column 0 becomes 0."""
     return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)

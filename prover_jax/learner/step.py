@@ -30,7 +30,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from models.qwen.config import QwenConfig
-from models.qwen.model import forward
+from models.qwen.model import forward, lm_head
 from models.qwen.params import abstract
 from models.qwen.sharding import LEARNER_RULES, Rules, make_mesh, param_shardings
 from prover_jax.batch import Batch, validate
@@ -166,9 +166,9 @@ def merge_micro_batches(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
-                   compute_dtype: str, remat: bool = False) -> tuple[jax.Array, jax.Array]:
-    """Log-probability and entropy of every token under `params` (`loss.next_token_logprobs`).
+def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, compute_dtype: str,
+                   remat: bool = False, logits_chunk: int = 512) -> tuple[jax.Array, jax.Array]:
+    """Log-probability and entropy of every token under `params` (`loss.head_logprobs`).
 
     Args:
       params: float32 params; cast to `compute_dtype` for the forward pass.
@@ -176,21 +176,22 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
       tokens: int32 [B, L], left-aligned rows.
       compute_dtype: "float32" or "bfloat16".
       remat: rematerialise each layer in the backward pass (`models.qwen.forward`).
+      logits_chunk: positions per chunk of the LM head and log-softmax.
 
     Returns:
       (logprobs, entropy), float32 [B, L].
     """
     compute = jax.tree.map(lambda p: p.astype(compute_dtype), params)
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-    logits, _ = forward(compute, model_cfg, tokens, positions, remat=remat)
-    return losses.next_token_logprobs(logits, tokens)
+    hidden, _ = forward(compute, model_cfg, tokens, positions, remat=remat, hidden_only=True)
+    return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, logits_chunk)
 
 
 def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig,
                      cfg: LearnerConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The loss sum of one micro-batch (weights from the whole batch) and its metric sums."""
     logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg.compute_dtype,
-                                       cfg.remat)
+                                       cfg.remat, cfg.logits_chunk)
     metrics = losses.weighted_loss(logprobs, entropy, micro.old_logprobs, micro.advantages,
                                    micro.mask, micro.weights, cfg.loss, micro.ref_logprobs)
     return metrics["loss"], metrics
@@ -298,7 +299,8 @@ def policy_logprobs(params, tokens: jax.Array, *, model_cfg: QwenConfig, cfg: Le
     check_rows(tokens.shape[0], cfg.micro_batches, mesh)
     micro = split_micro_batches(tokens, cfg.micro_batches, mesh)
     logprobs = jax.lax.map(
-        lambda t: model_logprobs(params, model_cfg, t, cfg.compute_dtype)[0], micro)
+        lambda t: model_logprobs(params, model_cfg, t, cfg.compute_dtype,
+                                 logits_chunk=cfg.logits_chunk)[0], micro)
     return merge_micro_batches(logprobs)
 
 

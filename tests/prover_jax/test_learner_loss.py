@@ -14,6 +14,7 @@ from prover_jax.learner import (
     LearnerConfig,
     LossConfig,
     OptimizerConfig,
+    head_logprobs,
     next_token_logprobs,
     policy_loss,
 )
@@ -162,6 +163,36 @@ def test_next_token_logprobs_match_numpy_loop():
             expected_h[b, u] = -(np.exp(log_p) * log_p).sum()
     np.testing.assert_allclose(np.asarray(logprobs), expected_lp, atol=2e-5)
     np.testing.assert_allclose(np.asarray(entropy), expected_h, atol=2e-5)
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 64])
+def test_chunked_head_logprobs_equal_full_logits(chunk):
+    """Values and gradients (through the log-probabilities, not the entropy) of the chunked
+    head against `next_token_logprobs` on the materialised logits; chunks that divide L, that
+    do not (padding), and one chunk larger than L."""
+    rng = np.random.default_rng(chunk)
+    b, l, d, v = 2, 10, 8, 37
+    hidden = jnp.asarray(rng.normal(0, 1, (b, l, d)), jnp.float32)
+    head = jnp.asarray(rng.normal(0, 1, (d, v)), jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, v, (b, l)), jnp.int32)
+    weights = jnp.asarray(rng.normal(0, 1, (b, l)), jnp.float32)
+
+    def full(h, w):
+        logprobs, entropy = next_token_logprobs(jnp.einsum("bld,dv->blv", h, w), tokens)
+        return jnp.sum(weights * logprobs), (logprobs, entropy)
+
+    def chunked(h, w):
+        logprobs, entropy = head_logprobs(h, w, tokens, chunk)
+        return jnp.sum(weights * logprobs), (logprobs, entropy)
+
+    (want_grads, (want_lp, want_h)) = jax.grad(full, argnums=(0, 1), has_aux=True)(hidden, head)
+    (got_grads, (got_lp, got_h)) = jax.jit(jax.grad(chunked, argnums=(0, 1), has_aux=True))(
+        hidden, head)
+    np.testing.assert_allclose(got_lp, want_lp, atol=1e-5)
+    np.testing.assert_allclose(got_h, want_h, atol=1e-5)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    assert float(jnp.abs(want_grads[1]).max()) > 0.1
 
 
 def test_all_masked_batch_gives_zero_not_nan():
