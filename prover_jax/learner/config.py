@@ -132,7 +132,7 @@ class LearnerConfig:
     micro_batches: int = 1
     compute_dtype: ComputeDtype = "bfloat16"
     remat: bool = False
-    logits_chunk: int = 512
+    logits_chunk: int = 128
 
     def __post_init__(self):
         for name, kind in (("loss", LossConfig), ("optimizer", OptimizerConfig)):

@@ -167,7 +167,7 @@ def merge_micro_batches(x: jax.Array) -> jax.Array:
 
 
 def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, compute_dtype: str,
-                   remat: bool = False, logits_chunk: int = 512) -> tuple[jax.Array, jax.Array]:
+                   remat: bool = False, logits_chunk: int = 128) -> tuple[jax.Array, jax.Array]:
     """Log-probability and entropy of every token under `params` (`loss.head_logprobs`).
 
     Args:
