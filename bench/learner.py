@@ -13,9 +13,7 @@ memory is its own: resident memory (ru_maxrss) on CPU, the device allocator's pe
 
 Presets: "cpu" (about 11M parameters, batch 8 x 256, float32; the one that writes
 bench/RESULTS.md) and "gpu" (the Qwen3-0.6B shape, batch 32 x 256, bf16 compute with float32
-master weights on both sides, torch under autocast). Rows stay at 256 tokens because beyond
-that the model's blocked attention keeps every key block's scores for the backward pass
-(86 GiB at 8 x 1024 for this model).
+master weights on both sides, torch under autocast).
 
 Usage: python bench/learner.py [--preset cpu|gpu] [--steps 5] [--no-write]
 Prints a table, writes bench/results/learner.json and updates bench/RESULTS.md (cpu preset).

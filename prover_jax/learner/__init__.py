@@ -26,6 +26,7 @@ from prover_jax.learner.step import (
 
 __all__ = [
     "Checkpoints", "Learner", "LearnerConfig", "LossConfig", "OptimizerConfig", "TrainBatch",
-    "TrainState", "head_logprobs", "loss_weights", "next_token_logprobs", "policy_logprobs", "policy_loss",
+    "TrainState", "head_logprobs", "loss_weights", "next_token_logprobs", "policy_logprobs",
+    "policy_loss",
     "token_terms", "train_step", "trained_tokens", "validate_train_batch", "weighted_loss",
 ]

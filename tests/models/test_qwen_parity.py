@@ -75,10 +75,11 @@ def test_full_sequence_logits_match(tiny):
     assert_logits_match(model, cfg, params, length=12, seed=0)
 
 
-def test_long_sequence_through_blocked_attention_matches(tiny):
+def test_long_sequence_through_query_blocks_matches(tiny):
     model, cfg, params, _ = tiny
-    # > 256 tokens: blocked attention. Over 5 DeltaNet chunks the two implementations' float32
-    # summation orders drift apart by ~1e-4 on this random model (1e-7 per mixer).
+    # > 256 tokens: two query blocks, the first skipping the second's keys. Over 5 DeltaNet
+    # chunks the two implementations' float32 summation orders drift apart by ~1e-4 on this
+    # random model (1e-7 per mixer).
     assert_logits_match(model, cfg, params, length=300, seed=8, atol=2e-4)
 
 
@@ -220,11 +221,11 @@ def test_qwen3_5_vision_language_layout_loads_the_language_model(hybrid, tmp_pat
     jax.tree.map(np.testing.assert_array_equal, params_vl, params)
 
 
-def test_gradients_flow_through_blocked_attention():
+def test_gradients_flow_through_query_blocks():
     cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=48,
                           num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, qk_norm=True)
     params = qwen.init(cfg, jax.random.key(0), scale=0.1)
-    tokens = tokens_for(cfg, (1, 300), seed=9)  # > 256 queries: the blocked form
+    tokens = tokens_for(cfg, (1, 300), seed=9)  # > 256 queries: two query blocks
     positions = np.arange(300, dtype=np.int32)[None]
 
     def loss(p):
@@ -298,7 +299,8 @@ def test_attention_equals_numpy():
                 if not seen.any():
                     continue
                 for head in range(h):
-                    keys, values = k[row, head // 2, :start + i + 1], v[row, head // 2, :start + i + 1]
+                    keys = k[row, head // 2, :start + i + 1]
+                    values = v[row, head // 2, :start + i + 1]
                     scores = keys[seen] @ q[row, i, head] / np.sqrt(e)
                     weights = np.exp(scores - scores.max())
                     want = weights @ values[seen] / weights.sum()
