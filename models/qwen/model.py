@@ -137,11 +137,12 @@ def heads_projection(x: jax.Array, w: jax.Array) -> jax.Array:
     return (x @ w.reshape(w.shape[0], -1)).reshape(*x.shape[:-1], *w.shape[1:])
 
 
-def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, kv, length):
-    """A full-attention mixer on normalised input h [B, L, D]; returns (output, new (k, v)).
+def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, layer, length):
+    """A full-attention mixer on normalised input h [B, L, D]; returns (output, cache_kv).
 
-    `kv` is None (no cache: `q_slots` must be None too) or this layer's cache (k, v), each
-    [B, K, S, E]; the new keys and values are written at slots `length ..`.
+    `cache_kv` is None (no cache: `q_slots` must be None too) or the cache's (k, v), each
+    [n_full, B, K, S, E]: the new keys and values are written in place at full-attention layer
+    `layer`, slots `length ..`, and attention reads that layer's slice.
     """
     eps = cfg.rms_norm_eps
     q, k, v = (heads_projection(h, w[name]) for name in ("q", "k", "v"))
@@ -152,17 +153,18 @@ def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, kv, length):
         k = rms_norm(k, w["k_norm"], eps, cfg.norm_plus_one)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, L, E]
-    if kv is None:
-        keys, values, new_kv = k, v, None
-    else:
-        keys = jax.lax.dynamic_update_slice_in_dim(kv[0], k.astype(kv[0].dtype), length, axis=2)
-        values = jax.lax.dynamic_update_slice_in_dim(kv[1], v.astype(kv[1].dtype), length, axis=2)
-        new_kv = (keys, values)
-    out = attention(q, keys.astype(q.dtype), values.astype(q.dtype), q_slots, valid)
+    if cache_kv is not None:
+        zero = jnp.zeros((), jnp.int32)
+        cache_kv = tuple(jax.lax.dynamic_update_slice(
+            whole, new[None].astype(whole.dtype), (layer, zero, zero, length, zero))
+            for whole, new in zip(cache_kv, (k, v)))
+        k, v = (jax.lax.dynamic_index_in_dim(whole, layer, keepdims=False)
+                for whole in cache_kv)
+    out = attention(q, k.astype(q.dtype), v.astype(q.dtype), q_slots, valid)
     if cfg.attn_output_gate:
         out = out * jax.nn.sigmoid(heads_projection(h, w["q_gate"]))
     out = out.reshape(*out.shape[:2], -1) @ w["o"].reshape(-1, w["o"].shape[-1])
-    return (out + w["o_bias"] if "o_bias" in w else out), new_kv
+    return (out + w["o_bias"] if "o_bias" in w else out), cache_kv
 
 
 def _tiles(tree, tiles: int, per_tile: int):
@@ -243,25 +245,23 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     tiles = cfg.num_layers // len(pattern)
     n_full = pattern.count(FULL)
     n_linear = len(pattern) - n_full
-    kv = None if cache is None else (cache.k, cache.v)
     xs = (_tiles(params["layers"], tiles, len(pattern)),
           _tiles(params["attn"], tiles, n_full),
           _tiles(params.get("linear", {}), tiles, n_linear),
-          None if kv is None else _tiles(kv, tiles, n_full),
-          _tiles((history, state), tiles, n_linear))
+          _tiles((history, state), tiles, n_linear), jnp.arange(tiles))
 
-    def tile(x, xs):
-        common, attn, linear, kv, recurrent = xs
-        new_kv, new_recurrent = [], []
+    def tile(carry, xs):
+        x, cache_kv = carry  # the whole kv cache is carried and written in place
+        common, attn, linear, recurrent, index = xs
+        full_layers, new_recurrent = 0, []
         for i, kind in enumerate(pattern):
             layer = _member(common, i, len(pattern))
             h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
             if kind == FULL:
-                j = len(new_kv)
-                layer_kv = None if kv is None else _member(kv, j, n_full)
-                out, layer_kv = full_attention(cfg, h, _member(attn, j, n_full), cos, sin,
-                                               q_slots, valid, layer_kv, length)
-                new_kv.append(layer_kv)
+                out, cache_kv = full_attention(
+                    cfg, h, _member(attn, full_layers, n_full), cos, sin, q_slots, valid,
+                    cache_kv, index * n_full + full_layers, length)
+                full_layers += 1
             else:
                 j = len(new_recurrent)
                 history, state = _member(recurrent, j, n_linear)
@@ -271,12 +271,12 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
             x = x + out
             h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
             x = x + (jax.nn.silu(h @ layer["gate"]) * (h @ layer["up"])) @ layer["down"]
-        return x, (None if kv is None else _stack(new_kv, n_full, kv),
-                   _stack(new_recurrent, n_linear, recurrent))
+        return (x, cache_kv), _stack(new_recurrent, n_linear, recurrent)
 
     if remat:
         tile = jax.checkpoint(tile, prevent_cse=False)
-    x, (kv_out, (history, state)) = jax.lax.scan(tile, x, xs)
+    kv = None if cache is None else (cache.k, cache.v)
+    (x, kv), (history, state) = jax.lax.scan(tile, (x, kv), xs)
     if last_only:
         x = x[:, -1:]
     x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
@@ -287,9 +287,8 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
                             preferred_element_type=jnp.float32)
     if cache is None:
         return logits, None
-    k, v = _untile(kv_out, n_full)
     history, state = _untile((history, state), n_linear)
-    return logits, Cache(k, v, valid, cache.length + l, history, state)
+    return logits, Cache(*kv, valid, cache.length + l, history, state)
 
 
 def lm_head(params, cfg: QwenConfig) -> jax.Array:
