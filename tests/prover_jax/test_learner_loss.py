@@ -195,6 +195,26 @@ def test_chunked_head_logprobs_equal_full_logits(chunk):
     assert float(jnp.abs(want_grads[1]).max()) > 0.1
 
 
+def test_chunked_head_in_bf16_keeps_gradient_dtypes_and_values():
+    """bf16 hidden states and head: cotangents come back in bf16, within bf16 rounding of the
+    float32 gradients."""
+    rng = np.random.default_rng(5)
+    hidden = jnp.asarray(rng.normal(0, 1, (2, 12, 16)), jnp.float32)
+    head = jnp.asarray(rng.normal(0, 0.5, (16, 50)), jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, 50, (2, 12)), jnp.int32)
+
+    def loss(h, w):
+        return jnp.sum(head_logprobs(h, w, tokens, 5)[0])
+
+    exact = jax.grad(loss, argnums=(0, 1))(hidden, head)
+    low = jax.jit(jax.grad(loss, argnums=(0, 1)))(hidden.astype(jnp.bfloat16),
+                                                  head.astype(jnp.bfloat16))
+    for got, want in zip(low, exact):
+        assert got.dtype == jnp.bfloat16
+        error = np.linalg.norm(np.asarray(got, np.float32) - want) / np.linalg.norm(want)
+        assert error < 0.02, error
+
+
 def test_all_masked_batch_gives_zero_not_nan():
     logprobs, old, adv, _, ref = random_inputs(seed=1)
     for aggregation in ("token-mean", "sequence-mean", "dr-grpo"):
