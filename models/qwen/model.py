@@ -94,9 +94,10 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | Non
     """Grouped-query causal attention.
 
     The queries of one kv head are laid out as rows [L * G, E], so scores and outputs are one
-    batched matmul per (row, kv head). Without a cache (`q_slots` None) query block i attends
-    to key blocks 0..i only: statically sliced, so the causally masked part is never computed
-    and memory is O(block * S) per block.
+    batched matmul per (row, kv head), one block of `block` queries at a time: memory is
+    O(block * S) whatever L. Without a cache (`q_slots` None) query block i attends to key
+    blocks 0..i only, statically sliced, so the causally masked part is never computed; with a
+    cache every block reads all S slots and the mask does the rest.
 
     Args:
       q: [B, L, H, E] queries.
@@ -104,7 +105,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | Non
       q_slots: int32 [L] cache slots of the queries; None when the queries are the keys
         themselves (query i at slot i, S == L).
       k_valid: bool [B, S] slots holding a real token.
-      block: queries per block in the cache-free case.
+      block: queries per block.
 
     Returns:
       [B, L, H, E].
@@ -113,11 +114,12 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | Non
     kv_heads, s = k.shape[1], k.shape[2]
     g = h // kv_heads
     rows = q.reshape(b, l, kv_heads, g, e).transpose(0, 2, 1, 3, 4) * (e ** -0.5)
+    ends = [min(lo + block, l) for lo in range(0, l, block)]
     if q_slots is None:
-        spans = [(lo, min(lo + block, l), min(lo + block, l)) for lo in range(0, l, block)]
+        spans = [(lo, hi, hi) for lo, hi in zip(range(0, l, block), ends)]
         q_slots = jnp.arange(l)
     else:
-        spans = [(0, l, s)]
+        spans = [(lo, hi, s) for lo, hi in zip(range(0, l, block), ends)]
     outs = []
     for lo, hi, keys in spans:  # query rows lo..hi-1 see key slots 0..keys-1
         scores = jnp.einsum("bkqe,bkse->bkqs", rows[:, :, lo:hi].reshape(b, kv_heads, -1, e),
