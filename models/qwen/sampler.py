@@ -147,5 +147,5 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
 
     s = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode, state)
     _, cache = forward(params, cfg, s.last[:, None], jnp.where(s.pending, s.pos, -1)[:, None],
-                       s.cache)
+                       s.cache, hidden_only=True)  # writes the last token; no logits needed
     return Sampled(s.tokens, s.logprobs, s.lengths, cache, s.pos + 1)
