@@ -104,10 +104,10 @@ def _price_difference(db: Db, order: dict, item_ids: list, new_item_ids: list
 
 def cancel_pending_order(db: Db, order_id: str, reason: str) -> str:
     """Cancels a pending order; refunds every payment, gift cards at once."""
-    if not db.has("orders", order_id):
-        return "Error: order not found"
-    if db.read("orders", order_id)["status"] != "pending":
-        return "Error: non-pending order cannot be cancelled"
+    _, error = _order_in_status(db, order_id, "pending",
+                                "Error: non-pending order cannot be cancelled")
+    if error:
+        return error
     if reason not in CANCEL_REASONS:
         return "Error: invalid reason"
     order = db.edit("orders", order_id)
@@ -139,19 +139,17 @@ def _swap_difference(db: Db, order: dict, item_ids: list, new_item_ids: list
 def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list, new_item_ids: list,
                                    payment_method_id: str) -> str:
     """Requests an exchange of delivered items for variants of the same products."""
-    order, error = _delivered_order(db, order_id, "exchanged")
+    order, error = _order_in_status(db, order_id, "delivered",
+                                    "Error: non-delivered order cannot be exchanged")
     if error:
         return error
     difference, error = _swap_difference(db, order, item_ids, new_item_ids)
     if error:
         return error
     difference = round(difference, 2)
-    methods = db.read("users", order["user_id"])["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    method = methods[payment_method_id]
-    if method["source"] == "gift_card" and method["balance"] < difference:
-        return "Error: insufficient gift card balance to pay for the price difference"
+    _, error = _paying_method(db, order, payment_method_id, difference, "the price difference")
+    if error:
+        return error
     order = db.edit("orders", order_id)
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)
@@ -161,22 +159,31 @@ def exchange_delivered_order_items(db: Db, order_id: str, item_ids: list, new_it
     return json.dumps(order)
 
 
-def _delivered_order(db: Db, order_id: str, verb: str) -> tuple[dict | None, str | None]:
+def _order_in_status(db: Db, order_id: str, status: str, wrong_status: str
+                     ) -> tuple[dict | None, str | None]:
+    """The order if it exists and has `status`, else the benchmark's error."""
     if not db.has("orders", order_id):
         return None, "Error: order not found"
     order = db.read("orders", order_id)
-    if order["status"] != "delivered":
-        return None, f"Error: non-delivered order cannot be {verb}"
+    if order["status"] != status:
+        return None, wrong_status
     return order, None
 
 
 def _pending_order(db: Db, order_id: str) -> tuple[dict | None, str | None]:
-    if not db.has("orders", order_id):
-        return None, "Error: order not found"
-    order = db.read("orders", order_id)
-    if order["status"] != "pending":
-        return None, "Error: non-pending order cannot be modified"
-    return order, None
+    return _order_in_status(db, order_id, "pending", "Error: non-pending order cannot be modified")
+
+
+def _paying_method(db: Db, order: dict, payment_method_id: str, amount: float, what: str
+                   ) -> tuple[dict | None, str | None]:
+    """The order's user's payment method if it can pay `amount`, else the benchmark's error."""
+    methods = db.read("users", order["user_id"])["payment_methods"]
+    if payment_method_id not in methods:
+        return None, "Error: payment method not found"
+    method = methods[payment_method_id]
+    if method["source"] == "gift_card" and method["balance"] < amount:
+        return None, f"Error: insufficient gift card balance to pay for {what}"
+    return method, None
 
 
 def modify_pending_order_address(db: Db, order_id: str, address1: str, address2: str,
@@ -199,12 +206,9 @@ def modify_pending_order_items(db: Db, order_id: str, item_ids: list, new_item_i
     difference, error = _swap_difference(db, order, item_ids, new_item_ids)
     if error:
         return error
-    methods = db.read("users", order["user_id"])["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    method = methods[payment_method_id]
-    if method["source"] == "gift_card" and method["balance"] < difference:
-        return "Error: insufficient gift card balance to pay for the new item"
+    method, error = _paying_method(db, order, payment_method_id, difference, "the new item")
+    if error:
+        return error
     order = db.edit("orders", order_id)
     order["payment_history"].append({
         "transaction_type": "payment" if difference > 0 else "refund",
@@ -267,7 +271,8 @@ def modify_user_address(db: Db, user_id: str, address1: str, address2: str, city
 def return_delivered_order_items(db: Db, order_id: str, item_ids: list,
                                  payment_method_id: str) -> str:
     """Requests a return of delivered items, refunded to the original method or a gift card."""
-    order, error = _delivered_order(db, order_id, "returned")
+    order, error = _order_in_status(db, order_id, "delivered",
+                                    "Error: non-delivered order cannot be returned")
     if error:
         return error
     if payment_method_id not in db.read("users", order["user_id"])["payment_methods"]:

@@ -202,6 +202,18 @@ def test_db_hash_agrees_with_the_benchmarks_full_hash():
     (tool_call("get_order_details", {"order_id": "#W0"}), "Error: order not found"),
     (tool_call("cancel_pending_order", {"order_id": "#W2378156", "reason": "no longer needed"}),
      "Error: non-pending order cannot be cancelled"),
+    (tool_call("modify_pending_order_address", {
+        "order_id": "#W2378156", "address1": "1 A St", "address2": "", "city": "X", "state": "Y",
+        "country": "USA", "zip": "00000"}), "Error: non-pending order cannot be modified"),
+    (tool_call("exchange_delivered_order_items", {
+        "order_id": "#W5918442", "item_ids": [], "new_item_ids": [],
+        "payment_method_id": "x"}), "Error: non-delivered order cannot be exchanged"),
+    (tool_call("return_delivered_order_items", {
+        "order_id": "#W5918442", "item_ids": [], "payment_method_id": "x"}),
+     "Error: non-delivered order cannot be returned"),
+    (tool_call("exchange_delivered_order_items", {
+        "order_id": "#W2378156", "item_ids": [], "new_item_ids": [],
+        "payment_method_id": "x"}), "Error: payment method not found"),
     (tool_call("calculate", {"expression": "2 ** 100000000"}), "Error: exponent too large"),
     ("<tool_call>{\"name\": \"think\", \"arguments\": {</tool_call>",
      "Error: the tool call is not valid JSON"),
