@@ -62,14 +62,24 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array
       a metric and carries no gradient.
     """
     check_arrays({"logits": (logits, "b l v", "f"), "tokens": (tokens, "b l", "i")})
-    logits = logits.astype(jnp.float32)
-    normaliser = jax.nn.logsumexp(logits, axis=-1)  # [B, L]
-    following = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
-    picked = jnp.take_along_axis(logits, following[..., None], axis=-1)[..., 0]
-    fixed = jax.lax.stop_gradient(logits)
-    probs = jnp.exp(fixed - jax.lax.stop_gradient(normaliser)[..., None])
-    entropy = jax.lax.stop_gradient(normaliser) - jnp.sum(probs * fixed, axis=-1)
-    return _shift_right(picked - normaliser), _shift_right(entropy)
+    logprobs, entropy, _ = _token_statistics(logits.astype(jnp.float32), _following(tokens))
+    return _shift_right(logprobs), _shift_right(jax.lax.stop_gradient(entropy))
+
+
+def _following(tokens: jax.Array) -> jax.Array:
+    """[B, L] the token each position predicts (0 after the last)."""
+    return jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+
+
+def _token_statistics(logits: jax.Array, targets: jax.Array
+                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """float32 logits [..., V], int targets [...] -> float32 [...] log p(target), the
+    distribution's entropy and its log-sum-exp."""
+    normaliser = jax.nn.logsumexp(logits, axis=-1)
+    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    probs = jnp.exp(logits - normaliser[..., None])
+    entropy = normaliser - jnp.sum(probs * logits, axis=-1)
+    return picked - normaliser, entropy, normaliser
 
 
 def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array,
@@ -96,7 +106,7 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array,
     length = tokens.shape[1]
     chunk = max(1, min(chunk, length))
     padded = -(-length // chunk) * chunk
-    following = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    following = _following(tokens)
     pad = [(0, 0), (0, padded - length)]
     logprobs, entropy = _chunked_logprobs(jnp.pad(hidden, [*pad, (0, 0)]), head,
                                           jnp.pad(following, pad), chunk)
@@ -123,12 +133,7 @@ def _chunked_forward(hidden, head, following, chunk):
     [B, L] the backward pass needs."""
     def body(_, xs):
         h, target = xs
-        logits = _chunk_logits(h, head)
-        normaliser = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, target[..., None], axis=-1)[..., 0]
-        probs = jnp.exp(logits - normaliser[..., None])
-        entropy = normaliser - jnp.sum(probs * logits, axis=-1)
-        return None, (picked - normaliser, entropy, normaliser)
+        return None, _token_statistics(_chunk_logits(h, head), target)
 
     _, outs = jax.lax.scan(body, None, (_chunks(hidden, chunk), _chunks(following, chunk)))
     logprobs, entropy, normaliser = map(_unchunk, outs)

@@ -166,32 +166,30 @@ def merge_micro_batches(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, compute_dtype: str,
-                   remat: bool = False, logits_chunk: int = 128) -> tuple[jax.Array, jax.Array]:
+def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
+                   cfg: LearnerConfig) -> tuple[jax.Array, jax.Array]:
     """Log-probability and entropy of every token under `params` (`loss.head_logprobs`).
 
     Args:
-      params: float32 params; cast to `compute_dtype` for the forward pass.
+      params: float32 params; cast to `cfg.compute_dtype` for the forward pass.
       model_cfg: QwenConfig.
       tokens: int32 [B, L], left-aligned rows.
-      compute_dtype: "float32" or "bfloat16".
-      remat: rematerialise each layer in the backward pass (`models.qwen.forward`).
-      logits_chunk: positions per chunk of the LM head and log-softmax.
+      cfg: LearnerConfig (compute dtype, rematerialisation, `logits_chunk`).
 
     Returns:
       (logprobs, entropy), float32 [B, L].
     """
-    compute = jax.tree.map(lambda p: p.astype(compute_dtype), params)
+    compute = jax.tree.map(lambda p: p.astype(cfg.compute_dtype), params)
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
-    hidden, _ = forward(compute, model_cfg, tokens, positions, remat=remat, hidden_only=True)
-    return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, logits_chunk)
+    hidden, _ = forward(compute, model_cfg, tokens, positions, remat=cfg.remat,
+                        hidden_only=True)
+    return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, cfg.logits_chunk)
 
 
 def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig,
                      cfg: LearnerConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The loss sum of one micro-batch (weights from the whole batch) and its metric sums."""
-    logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg.compute_dtype,
-                                       cfg.remat, cfg.logits_chunk)
+    logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg)
     metrics = losses.weighted_loss(logprobs, entropy, micro.old_logprobs, micro.advantages,
                                    micro.mask, micro.weights, cfg.loss, micro.ref_logprobs)
     return metrics["loss"], metrics
@@ -299,8 +297,7 @@ def policy_logprobs(params, tokens: jax.Array, *, model_cfg: QwenConfig, cfg: Le
     check_rows(tokens.shape[0], cfg.micro_batches, mesh)
     micro = split_micro_batches(tokens, cfg.micro_batches, mesh)
     logprobs = jax.lax.map(
-        lambda t: model_logprobs(params, model_cfg, t, cfg.compute_dtype,
-                                 logits_chunk=cfg.logits_chunk)[0], micro)
+        lambda t: model_logprobs(params, model_cfg, t, cfg)[0], micro)
     return merge_micro_batches(logprobs)
 
 
