@@ -3,7 +3,14 @@ checkpoints, sampler, sharding rules, tokenizer and chat rendering."""
 
 from models.qwen.checkpoint import load, read_config, save
 from models.qwen.config import QwenConfig, from_hf_config, to_hf_config
-from models.qwen.model import Cache, forward, init_cache, lm_head, positions_from_mask
+from models.qwen.model import (
+    Cache,
+    forward,
+    init_cache,
+    lm_head,
+    positions_from_mask,
+    unstack_layers,
+)
 from models.qwen.params import ArrayInfo, abstract, describe, init, init_numpy
 
 __all__ = [
@@ -23,4 +30,5 @@ __all__ = [
     "read_config",
     "save",
     "to_hf_config",
+    "unstack_layers",
 ]

@@ -36,8 +36,8 @@ class Cache(NamedTuple):
     layer of that kind).
     """
 
-    k: jax.Array  # [n_full, B, K, S, E]
-    v: jax.Array  # [n_full, B, K, S, E]
+    k: jax.Array  # [n_full, B, K, S, E], or a tuple of n_full [B, K, S, E] (see `forward`)
+    v: jax.Array  # as k
     valid: jax.Array  # bool [B, S]
     length: jax.Array  # int32 scalar: slots written so far
     history: jax.Array  # [n_linear, B, conv_kernel - 1, conv_channels]
@@ -142,9 +142,9 @@ def heads_projection(x: jax.Array, w: jax.Array) -> jax.Array:
 def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, layer, length):
     """A full-attention mixer on normalised input h [B, L, D]; returns (output, cache_kv).
 
-    `cache_kv` is None (no cache: `q_slots` must be None too) or the cache's (k, v), each
-    [n_full, B, K, S, E]: the new keys and values are written in place at full-attention layer
-    `layer`, slots `length ..`, and attention reads that layer's slice.
+    `cache_kv` is None (no cache: `q_slots` must be None too) or the cache's (k, v): the new
+    keys and values are written in place at full-attention layer `layer`, slots `length ..`,
+    and attention reads that layer's (see `_write_layer`).
     """
     eps = cfg.rms_norm_eps
     q, k, v = (heads_projection(h, w[name]) for name in ("q", "k", "v"))
@@ -156,17 +156,31 @@ def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, la
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, L, E]
     if cache_kv is not None:
-        zero = jnp.zeros((), jnp.int32)
-        cache_kv = tuple(jax.lax.dynamic_update_slice(
-            whole, new[None].astype(whole.dtype), (layer, zero, zero, length, zero))
-            for whole, new in zip(cache_kv, (k, v)))
-        k, v = (jax.lax.dynamic_index_in_dim(whole, layer, keepdims=False)
-                for whole in cache_kv)
+        (k_cache, k), (v_cache, v) = (_write_layer(whole, new, layer, length)
+                                      for whole, new in zip(cache_kv, (k, v)))
+        cache_kv = (k_cache, v_cache)
     out = attention(q, k.astype(q.dtype), v.astype(q.dtype), q_slots, valid)
     if cfg.attn_output_gate:
         out = out * jax.nn.sigmoid(heads_projection(h, w["q_gate"]))
     out = out.reshape(*out.shape[:2], -1) @ w["o"].reshape(-1, w["o"].shape[-1])
     return (out + w["o_bias"] if "o_bias" in w else out), cache_kv
+
+
+def _write_layer(whole, new: jax.Array, layer, length: jax.Array):
+    """Writes new [B, K, L, E] keys (or values) into the cache's `whole` at full-attention layer
+    `layer`, slots `length ..`; returns (whole, that layer's [B, K, S, E]).
+
+    `whole` is stacked [n_full, B, K, S, E] (reading a layer is then a copy on CPU), or a tuple
+    of per-layer arrays, read as they are (`layer` static).
+    """
+    zero = jnp.zeros((), jnp.int32)
+    if isinstance(whole, tuple):
+        written = jax.lax.dynamic_update_slice(whole[layer], new.astype(whole[layer].dtype),
+                                               (zero, zero, length, zero))
+        return whole[:layer] + (written,) + whole[layer + 1:], written
+    whole = jax.lax.dynamic_update_slice(whole, new[None].astype(whole.dtype),
+                                         (layer, zero, zero, length, zero))
+    return whole, jax.lax.dynamic_index_in_dim(whole, layer, keepdims=False)
 
 
 def _tiles(tree, tiles: int, per_tile: int):
@@ -199,17 +213,127 @@ def _stack(layers: list, per_tile: int, unchanged):
     return layers[0] if per_tile == 1 else jax.tree.map(lambda *x: jnp.stack(x), *layers)
 
 
+class _Inputs(NamedTuple):
+    """What every layer of one forward call reads besides its weights."""
+
+    cos: jax.Array  # float32 [B, L, rotary_dim / 2]
+    sin: jax.Array
+    q_slots: jax.Array | None  # int32 [L] cache slots of the tokens; None without a cache
+    valid: jax.Array  # bool [B, S] slots attention may read
+    token_valid: jax.Array  # bool [B, L] real tokens
+    length: jax.Array  # int32 scalar: the slot of the first token
+
+
+def _layer(cfg: QwenConfig, kind: str, use_chunks: bool | None, x, common, mixer,
+           inputs: _Inputs, cache_kv, full_index, recurrent):
+    """One decoder layer on x [B, L, D]: mixer (full attention writing `cache_kv` at
+    full-attention layer `full_index`, or Gated DeltaNet continuing `recurrent` = (history,
+    state)) and MLP, each with a residual. Returns (x, cache_kv, recurrent)."""
+    eps = cfg.rms_norm_eps
+    h = rms_norm(x, common["attn_norm"], eps, cfg.norm_plus_one)
+    if kind == FULL:
+        out, cache_kv = full_attention(cfg, h, mixer, inputs.cos, inputs.sin, inputs.q_slots,
+                                       inputs.valid, cache_kv, full_index, inputs.length)
+    else:
+        out, *recurrent = gated_deltanet(cfg, h, mixer, inputs.token_valid, *recurrent,
+                                         use_chunks)
+    x = x + out
+    h = rms_norm(x, common["mlp_norm"], eps, cfg.norm_plus_one)
+    x = x + (jax.nn.silu(h @ common["gate"]) * (h @ common["up"])) @ common["down"]
+    return x, cache_kv, tuple(recurrent)
+
+
+def _scanned_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs: _Inputs,
+                    cache_kv, history, state):
+    """The layers as a scan over tiles of `cfg.pattern` (stacked weights), each tile
+    unrolled. Returns (x, cache_kv, history, state)."""
+    pattern = cfg.pattern
+    tiles = cfg.num_layers // len(pattern)
+    n_full = pattern.count(FULL)
+    n_linear = len(pattern) - n_full
+    xs = (_tiles(params["layers"], tiles, len(pattern)),
+          _tiles(params["attn"], tiles, n_full),
+          _tiles(params.get("linear", {}), tiles, n_linear),
+          _tiles((history, state), tiles, n_linear), jnp.arange(tiles))
+
+    def tile(carry, xs):
+        x, cache_kv = carry  # the whole kv cache is carried and written in place
+        common, attn, linear, recurrent, index = xs
+        full_layers, new_recurrent = 0, []
+        for i, kind in enumerate(pattern):
+            j = full_layers if kind == FULL else len(new_recurrent)
+            mixer = (_member(attn, j, n_full) if kind == FULL
+                     else _member(linear, j, n_linear))
+            x, cache_kv, layer_recurrent = _layer(
+                cfg, kind, use_chunks, x, _member(common, i, len(pattern)), mixer, inputs,
+                cache_kv, index * n_full + full_layers,
+                () if kind == FULL else _member(recurrent, j, n_linear))
+            if kind == FULL:
+                full_layers += 1
+            else:
+                new_recurrent.append(layer_recurrent)
+        return (x, cache_kv), _stack(new_recurrent, n_linear, recurrent)
+
+    if remat:
+        tile = jax.checkpoint(tile, prevent_cse=False)
+    (x, cache_kv), (history, state) = jax.lax.scan(tile, (x, cache_kv), xs)
+    history, state = _untile((history, state), n_linear)
+    return x, cache_kv, history, state
+
+
+def _unrolled_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs: _Inputs,
+                     cache_kv, history, state):
+    """The layers one after another, each with its own weight arrays (`unstack_layers`).
+    Returns (x, cache_kv, history, state)."""
+    layer = _layer
+    if remat:
+        layer = jax.checkpoint(_layer, prevent_cse=False, static_argnums=(0, 1, 2))
+    full, linear = 0, 0
+    for kind, common in zip(cfg.kinds, params["layers"]):
+        if kind == FULL:
+            x, cache_kv, _ = layer(cfg, kind, use_chunks, x, common, params["attn"][full],
+                                   inputs, cache_kv, full, ())
+            full += 1
+        else:
+            x, _, (h, s) = layer(cfg, kind, use_chunks, x, common, params["linear"][linear],
+                                 inputs, None, None, (history[linear], state[linear]))
+            history, state = history.at[linear].set(h), state.at[linear].set(s)
+            linear += 1
+    return x, cache_kv, history, state
+
+
+def unstack_layers(params):
+    """The params with every layer's weights as separate arrays: `layers`, `attn` and `linear`
+    become tuples of per-layer trees whose leaves lack the leading layer axis (a copy of the
+    layer weights).
+
+    `forward` runs such params as an unrolled loop instead of a scan. On CPU that is what decoding
+    wants: XLA:CPU copies a layer's weights out of the stacked arrays before its matmuls, which
+    for a decode step costs as much as the matmuls themselves (Qwen3.5's 3:1 tiles twice the
+    step time). Training keeps the stacked layout: one compiled layer, whatever the depth.
+    """
+    def split(stacked):
+        leaves = jax.tree.leaves(stacked)
+        count = leaves[0].shape[0] if leaves else 0
+        return tuple(jax.tree.map(operator.itemgetter(i), stacked) for i in range(count))
+
+    return {**params, **{group: split(params[group]) for group in ("layers", "attn", "linear")
+                         if group in params}}
+
+
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
             cache: Cache | None = None, use_chunks: bool | None = None,
             last_only: bool = False, remat: bool = False,
             hidden_only: bool = False) -> tuple[jax.Array, Cache | None]:
     """Logits of every token, and the updated cache.
 
-    Layers are scanned in tiles of `cfg.pattern` (one layer for Qwen2/3, e.g. three DeltaNet
-    layers and one full-attention layer for Qwen3.5), each tile unrolled.
+    With stacked params (`describe`) the layers are scanned in tiles of `cfg.pattern` (one
+    layer for Qwen2/3, e.g. three DeltaNet layers and one full-attention layer for Qwen3.5),
+    each tile unrolled; with `unstack_layers` params they run as an unrolled loop, and the
+    cache's k and v may then also be tuples of per-layer arrays. Both give the same values.
 
     Args:
-      params: the params pytree of `models.qwen.params.describe(cfg)`.
+      params: the params pytree of `models.qwen.params.describe(cfg)`, or `unstack_layers` of it.
       cfg: QwenConfig (static under jit).
       tokens: int32 [B, L] token ids.
       positions: int32 [B, L] rotary positions, -1 on padding.
@@ -217,7 +341,7 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
         clamped by XLA and would overwrite the last slots: size caches for the whole episode).
       use_chunks: DeltaNet form (None: chunked for L >= 64).
       last_only: compute logits for the last position only ([B, 1, V]), as sampling needs.
-      remat: recompute each layer tile's activations in the backward pass, keeping only its
+      remat: recompute each layer's (tile's) activations in the backward pass, keeping only its
         input (training memory; no effect on the values).
       hidden_only: return the final normalised hidden states [B, L, D] (the params' dtype)
         instead of logits, for a caller that applies `lm_head` itself, e.g. in chunks.
@@ -242,43 +366,11 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
         valid = jax.lax.dynamic_update_slice_in_dim(cache.valid, token_valid, cache.length,
                                                     axis=1)
         length, history, state = cache.length, cache.history, cache.state
-
-    pattern = cfg.pattern
-    tiles = cfg.num_layers // len(pattern)
-    n_full = pattern.count(FULL)
-    n_linear = len(pattern) - n_full
-    xs = (_tiles(params["layers"], tiles, len(pattern)),
-          _tiles(params["attn"], tiles, n_full),
-          _tiles(params.get("linear", {}), tiles, n_linear),
-          _tiles((history, state), tiles, n_linear), jnp.arange(tiles))
-
-    def tile(carry, xs):
-        x, cache_kv = carry  # the whole kv cache is carried and written in place
-        common, attn, linear, recurrent, index = xs
-        full_layers, new_recurrent = 0, []
-        for i, kind in enumerate(pattern):
-            layer = _member(common, i, len(pattern))
-            h = rms_norm(x, layer["attn_norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
-            if kind == FULL:
-                out, cache_kv = full_attention(
-                    cfg, h, _member(attn, full_layers, n_full), cos, sin, q_slots, valid,
-                    cache_kv, index * n_full + full_layers, length)
-                full_layers += 1
-            else:
-                j = len(new_recurrent)
-                history, state = _member(recurrent, j, n_linear)
-                out, history, state = gated_deltanet(cfg, h, _member(linear, j, n_linear),
-                                                     token_valid, history, state, use_chunks)
-                new_recurrent.append((history, state))
-            x = x + out
-            h = rms_norm(x, layer["mlp_norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
-            x = x + (jax.nn.silu(h @ layer["gate"]) * (h @ layer["up"])) @ layer["down"]
-        return (x, cache_kv), _stack(new_recurrent, n_linear, recurrent)
-
-    if remat:
-        tile = jax.checkpoint(tile, prevent_cse=False)
+    layers = _unrolled_layers if isinstance(params["layers"], tuple) else _scanned_layers
     kv = None if cache is None else (cache.k, cache.v)
-    (x, kv), (history, state) = jax.lax.scan(tile, (x, kv), xs)
+    x, kv, history, state = layers(params, cfg, use_chunks, remat, x,
+                                   _Inputs(cos, sin, q_slots, valid, token_valid, length),
+                                   kv, history, state)
     if last_only:
         x = x[:, -1:]
     x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_plus_one)
@@ -289,7 +381,6 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
                             preferred_element_type=jnp.float32)
     if cache is None:
         return logits, None
-    history, state = _untile((history, state), n_linear)
     return logits, Cache(*kv, valid, cache.length + l, history, state)
 
 

@@ -94,14 +94,15 @@ def test_left_padded_batch_equals_unpadded_rows(tiny):
     np.testing.assert_allclose(padded[1, 4:], hf_logits(model, tokens, mask)[1, 4:], atol=1e-4)
 
 
-def test_prefill_then_decode_equals_full_forward(tiny):
+@pytest.mark.parametrize("layout", ["stacked", "unstacked"])
+def test_prefill_then_decode_equals_full_forward(tiny, layout):
     _, cfg, params, _ = tiny
-    tokens = tokens_for(cfg, (2, 11), seed=2)
-    mask = np.ones((2, 11), bool)
-    mask[0, :3] = False
-    positions = qwen.positions_from_mask(mask)
-    full, _ = forward(params, cfg, tokens, positions)
+    full, _ = forward(params, cfg, *decode_inputs(cfg)[:2])
+    tokens, positions, mask = decode_inputs(cfg)
     cache = qwen.init_cache(cfg, batch=2, max_len=16)
+    if layout == "unstacked":  # per-layer weights and kv cache
+        params = qwen.unstack_layers(params)
+        cache = cache._replace(k=tuple(cache.k), v=tuple(cache.v))
     step = jax.jit(qwen.forward, static_argnums=1)
     logits, cache = step(params, cfg, tokens[:, :7], positions[:, :7], cache)
     pieces = [logits]
@@ -111,6 +112,35 @@ def test_prefill_then_decode_equals_full_forward(tiny):
     decoded = np.concatenate(pieces, axis=1)
     np.testing.assert_allclose(decoded[mask], np.asarray(full)[mask], atol=2e-5)
     assert int(cache.length) == 11
+
+
+def decode_inputs(cfg):
+    """tokens, positions and mask of a [2, 11] batch whose first row is left-padded by 3."""
+    tokens = tokens_for(cfg, (2, 11), seed=2)
+    mask = np.ones((2, 11), bool)
+    mask[0, :3] = False
+    return tokens, qwen.positions_from_mask(mask), mask
+
+
+def test_unstacked_layers_give_the_same_logits_and_gradients(tiny):
+    _, cfg, params, _ = tiny
+    tokens, positions, _ = decode_inputs(cfg)
+
+    def loss(p, unstack, remat):
+        p = qwen.unstack_layers(p) if unstack else p
+        logits, _ = qwen.forward(p, cfg, tokens, positions, remat=remat)
+        return jnp.mean(jax.nn.logsumexp(logits, axis=-1) * (positions >= 0)), logits
+
+    grad = jax.jit(jax.grad(loss, has_aux=True), static_argnums=(1, 2))
+    stacked_grads, stacked = grad(params, False, False)
+    for remat in (False, True):
+        grads, logits = grad(params, True, remat)
+        np.testing.assert_allclose(logits, stacked, atol=1e-5)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), grads,
+                     stacked_grads)
+    unstacked = qwen.unstack_layers(params)
+    assert len(unstacked["layers"]) == cfg.num_layers
+    assert unstacked["layers"][0]["gate"].shape == params["layers"]["gate"].shape[1:]
 
 
 def test_save_round_trip_loads_in_transformers(tiny, tmp_path):
