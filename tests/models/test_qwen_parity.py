@@ -133,11 +133,9 @@ def test_unstacked_layers_give_the_same_logits_and_gradients(tiny):
 
     grad = jax.jit(jax.grad(loss, has_aux=True), static_argnums=(1, 2))
     stacked_grads, stacked = grad(params, False, False)
-    for remat in (False, True):
-        grads, logits = grad(params, True, remat)
-        np.testing.assert_allclose(logits, stacked, atol=1e-5)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), grads,
-                     stacked_grads)
+    grads, logits = grad(params, True, True)  # per-layer rematerialisation on the way
+    np.testing.assert_allclose(logits, stacked, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), grads, stacked_grads)
     unstacked = qwen.unstack_layers(params)
     assert len(unstacked["layers"]) == cfg.num_layers
     assert unstacked["layers"][0]["gate"].shape == params["layers"]["gate"].shape[1:]
