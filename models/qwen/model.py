@@ -308,9 +308,9 @@ def unstack_layers(params):
     layer weights).
 
     `forward` runs such params as an unrolled loop instead of a scan. On CPU that is what decoding
-    wants: XLA:CPU copies a layer's weights out of the stacked arrays before its matmuls, which
-    for a decode step costs as much as the matmuls themselves (Qwen3.5's 3:1 tiles twice the
-    step time). Training keeps the stacked layout: one compiled layer, whatever the depth.
+    wants: XLA:CPU copies a layer's weights out of the stacked arrays before its matmuls (a 55M
+    Qwen3.5 decode step: 35 ms stacked, 14-17 ms unstacked). Training keeps the stacked layout:
+    one compiled layer, whatever the depth.
     """
     def split(stacked):
         leaves = jax.tree.leaves(stacked)

@@ -97,8 +97,8 @@ def test_left_padded_batch_equals_unpadded_rows(tiny):
 @pytest.mark.parametrize("layout", ["stacked", "unstacked"])
 def test_prefill_then_decode_equals_full_forward(tiny, layout):
     _, cfg, params, _ = tiny
-    full, _ = forward(params, cfg, *decode_inputs(cfg)[:2])
     tokens, positions, mask = decode_inputs(cfg)
+    full, _ = forward(params, cfg, tokens, positions)
     cache = qwen.init_cache(cfg, batch=2, max_len=16)
     if layout == "unstacked":  # per-layer weights and kv cache
         params = qwen.unstack_layers(params)
