@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from models.qwen.config import QwenConfig
+from models.qwen.matmul import dense
 
 CHUNK = 64
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -152,13 +153,13 @@ def gated_deltanet(cfg: QwenConfig, x: jax.Array, w, valid: jax.Array, history: 
     hv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
     b, l, _ = x.shape
     x = jnp.where(valid[..., None], x, 0.0)
-    mixed, history = causal_conv(x @ w["qkv"], valid, w["conv"], history)
+    mixed, history = causal_conv(dense(x, w["qkv"]), valid, w["conv"], history)
     q = mixed[..., :hk * dk].reshape(b, l, hk, dk).astype(jnp.float32)
     k = mixed[..., hk * dk:2 * hk * dk].reshape(b, l, hk, dk).astype(jnp.float32)
     v = mixed[..., 2 * hk * dk:].reshape(b, l, hv, dv).astype(jnp.float32)
-    z = jnp.einsum("bld,dhv->blhv", x, w["z"])
-    beta = jnp.where(valid[..., None], jax.nn.sigmoid((x @ w["b"]).astype(jnp.float32)), 0.0)
-    a = (x @ w["a"]).astype(jnp.float32)
+    z = dense(x, w["z"])
+    beta = jnp.where(valid[..., None], jax.nn.sigmoid(dense(x, w["b"]).astype(jnp.float32)), 0.0)
+    a = dense(x, w["a"]).astype(jnp.float32)
     g = -jnp.exp(w["A_log"].astype(jnp.float32)) * jax.nn.softplus(a + w["dt_bias"])
     g = jnp.where(valid[..., None], g, 0.0)
     repeat = hv // hk
@@ -168,4 +169,4 @@ def gated_deltanet(cfg: QwenConfig, x: jax.Array, w, valid: jax.Array, history: 
     out, state = (chunked if chunks else recurrent)(q, k, v, beta, g, state)
     normed = out * jax.lax.rsqrt(jnp.mean(out * out, axis=-1, keepdims=True) + cfg.rms_norm_eps)
     gated = (w["norm"] * normed.astype(x.dtype)) * jax.nn.silu(z.astype(jnp.float32))
-    return jnp.einsum("blhv,hvd->bld", gated.astype(x.dtype), w["out"]), history, state
+    return dense(gated.astype(x.dtype), w["out"], axes=2), history, state

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from models.qwen.config import FULL, QwenConfig
 from models.qwen.deltanet import gated_deltanet
+from models.qwen.matmul import dense
 
 NEG_INF = -1e30
 
@@ -134,11 +135,6 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | Non
     return out.transpose(0, 2, 1, 3, 4).reshape(b, l, h, e)
 
 
-def heads_projection(x: jax.Array, w: jax.Array) -> jax.Array:
-    """x [B, L, D] @ w [D, N, E] -> [B, L, N, E], as one [B*L, D] @ [D, N*E] matmul."""
-    return (x @ w.reshape(w.shape[0], -1)).reshape(*x.shape[:-1], *w.shape[1:])
-
-
 def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, layer, length):
     """A full-attention mixer on normalised input h [B, L, D]; returns (output, cache_kv).
 
@@ -147,7 +143,7 @@ def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, la
     and attention reads that layer's (see `_write_layer`).
     """
     eps = cfg.rms_norm_eps
-    q, k, v = (heads_projection(h, w[name]) for name in ("q", "k", "v"))
+    q, k, v = (dense(h, w[name]) for name in ("q", "k", "v"))
     if "q_bias" in w:
         q, k, v = q + w["q_bias"], k + w["k_bias"], v + w["v_bias"]
     if cfg.qk_norm:
@@ -161,8 +157,8 @@ def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, la
         cache_kv = (k_cache, v_cache)
     out = attention(q, k.astype(q.dtype), v.astype(q.dtype), q_slots, valid)
     if cfg.attn_output_gate:
-        out = out * jax.nn.sigmoid(heads_projection(h, w["q_gate"]))
-    out = out.reshape(*out.shape[:2], -1) @ w["o"].reshape(-1, w["o"].shape[-1])
+        out = out * jax.nn.sigmoid(dense(h, w["q_gate"]))
+    out = dense(out, w["o"], axes=2)
     return (out + w["o_bias"] if "o_bias" in w else out), cache_kv
 
 
@@ -239,7 +235,8 @@ def _layer(cfg: QwenConfig, kind: str, use_chunks: bool | None, x, common, mixer
                                          use_chunks)
     x = x + out
     h = rms_norm(x, common["mlp_norm"], eps, cfg.norm_plus_one)
-    x = x + (jax.nn.silu(h @ common["gate"]) * (h @ common["up"])) @ common["down"]
+    x = x + dense(jax.nn.silu(dense(h, common["gate"])) * dense(h, common["up"]),
+                  common["down"])
     return x, cache_kv, tuple(recurrent)
 
 
@@ -377,8 +374,7 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     if hidden_only:
         logits = x
     else:
-        logits = jnp.einsum("bld,dv->blv", x, lm_head(params, cfg),
-                            preferred_element_type=jnp.float32)
+        logits = dense(x, lm_head(params, cfg), preferred_element_type=jnp.float32)
     if cache is None:
         return logits, None
     return logits, Cache(*kv, valid, cache.length + l, history, state)

@@ -37,6 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from models.qwen.matmul import dense
 from prover_jax.checks import check_arrays
 from prover_jax.learner.config import LossConfig
 
@@ -125,7 +126,7 @@ def _unchunk(x: jax.Array) -> jax.Array:
 
 
 def _chunk_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
-    return jnp.einsum("bcd,dv->bcv", hidden, head, preferred_element_type=jnp.float32)
+    return dense(hidden, head, preferred_element_type=jnp.float32)
 
 
 def _chunked_forward(hidden, head, following, chunk):
@@ -159,8 +160,9 @@ def _chunked_logprobs_bwd(chunk, residuals, cotangents):
         probs = jnp.exp(_chunk_logits(h, head) - lse[..., None])
         picked = jnp.arange(head.shape[1]) == target[..., None]
         d_logits = ((picked - probs) * g[..., None]).astype(head.dtype)
-        d_h = jnp.einsum("bcv,dv->bcd", d_logits, head, preferred_element_type=jnp.float32)
-        d_head = d_head + jnp.einsum("bcd,bcv->dv", h, d_logits,
+        d_h = dense(d_logits, head.T, preferred_element_type=jnp.float32)
+        d_head = d_head + jnp.matmul(h.reshape(-1, h.shape[-1]).T,
+                                     d_logits.reshape(-1, d_logits.shape[-1]),
                                      preferred_element_type=jnp.float32)
         return d_head, d_h.astype(hidden.dtype)
 
