@@ -47,16 +47,18 @@ class Preset(NamedTuple):
     rows: int
     length: int
     dtype: str  # compute dtype: "float32" or "bfloat16"
+    learner: dict  # our LearnerConfig's memory/speed options
 
 
 PRESETS = {
     "cpu": Preset(dict(vocab_size=16000, hidden_size=256, intermediate_size=768,
                        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=64, max_position_embeddings=2048), 8, 256, "float32"),
+                       head_dim=64, max_position_embeddings=2048), 8, 256, "float32",
+                  dict(remat=True, recompute_logits=False, logits_chunk=256)),
     "gpu": Preset(dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
                        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                        head_dim=128, max_position_embeddings=4096, tie_word_embeddings=True),
-                  32, 256, "bfloat16"),
+                  32, 256, "bfloat16", {}),
 }
 
 
@@ -106,7 +108,7 @@ def measure_ours(preset: Preset, folder: Path, steps: int) -> dict:
         loss=LossConfig(clip_low=CLIP_LOW, clip_high=CLIP_HIGH),
         optimizer=OptimizerConfig(learning_rate=LR, weight_decay=WEIGHT_DECAY,
                                   max_grad_norm=MAX_GRAD_NORM),
-        compute_dtype=preset.dtype))
+        compute_dtype=preset.dtype, **preset.learner))
     state = learner.init(params)
     del params
     positions = jnp.broadcast_to(jnp.arange(preset.length), tokens.shape)

@@ -123,8 +123,10 @@ class LearnerConfig:
       remat: recompute each layer's activations in the backward pass instead of keeping them
         (less memory, about one more forward pass of compute).
       logits_chunk: the LM head and log-softmax run over this many positions of every row at
-        a time and the backward pass recomputes them (`loss.head_logprobs`): the [B, L, V]
-        logits never exist at once, for one more head matmul.
+        a time (`loss.head_logprobs`).
+      recompute_logits: the backward pass recomputes each chunk's logits, so nothing
+        [B, L, V] is kept, for one more head matmul. False keeps the probabilities instead
+        (float32 [B / micro_batches, L, V] per micro-batch): faster where that fits.
     """
 
     loss: LossConfig = LossConfig()
@@ -133,6 +135,7 @@ class LearnerConfig:
     compute_dtype: ComputeDtype = "bfloat16"
     remat: bool = False
     logits_chunk: int = 128
+    recompute_logits: bool = True
 
     def __post_init__(self):
         for name, kind in (("loss", LossConfig), ("optimizer", OptimizerConfig)):

@@ -63,7 +63,8 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array
       a metric and carries no gradient.
     """
     check_arrays({"logits": (logits, "b l v", "f"), "tokens": (tokens, "b l", "i")})
-    logprobs, entropy, _ = _token_statistics(logits.astype(jnp.float32), _following(tokens))
+    logprobs, entropy, _, _ = _token_statistics(logits.astype(jnp.float32),
+                                                _following(tokens))
     return _shift_right(logprobs), _shift_right(jax.lax.stop_gradient(entropy))
 
 
@@ -73,30 +74,33 @@ def _following(tokens: jax.Array) -> jax.Array:
 
 
 def _token_statistics(logits: jax.Array, targets: jax.Array
-                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
+                      ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """float32 logits [..., V], int targets [...] -> float32 [...] log p(target), the
-    distribution's entropy and its log-sum-exp."""
+    distribution's entropy and its log-sum-exp, and the probabilities [..., V]."""
     normaliser = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     probs = jnp.exp(logits - normaliser[..., None])
     entropy = normaliser - jnp.sum(probs * logits, axis=-1)
-    return picked - normaliser, entropy, normaliser
+    return picked - normaliser, entropy, normaliser, probs
 
 
-def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array,
-                  chunk: int) -> tuple[jax.Array, jax.Array]:
+def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: int,
+                  recompute: bool = True) -> tuple[jax.Array, jax.Array]:
     """`next_token_logprobs(hidden @ head, tokens)` without the [B, L, V] logits in memory.
 
     The LM head, log-softmax and entropy run over `chunk` positions of every row at a time in
-    `lax.scan`; the backward pass recomputes each chunk's logits (one more head matmul) instead
-    of keeping them, so memory for the head is O(B * chunk * V) whatever L (a 151k-entry
-    vocabulary makes [B, L, V] float32 logits the largest array of a training step).
+    `lax.scan`. With `recompute` the backward pass recomputes each chunk's logits (one more head
+    matmul) instead of keeping anything [B, L, V], so memory for the head is O(B * chunk * V)
+    whatever L (a 151k-entry vocabulary makes [B, L, V] float32 logits the largest array of a
+    training step). Without it the forward pass keeps every chunk's probabilities, float32
+    [B, L, V], and the backward pass reads them.
 
     Args:
       hidden: float [B, L, D] final normalised hidden states (`forward(..., hidden_only=True)`).
       head: float [D, V] the LM head (`models.qwen.lm_head`).
       tokens: int [B, L].
       chunk: positions per chunk (L is padded up to a multiple).
+      recompute: recompute the logits in the backward pass (else keep the probabilities).
 
     Returns:
       (logprobs, entropy), float32 [B, L], as `next_token_logprobs`; the gradient reaches
@@ -110,7 +114,7 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array,
     following = _following(tokens)
     pad = [(0, 0), (0, padded - length)]
     logprobs, entropy = _chunked_logprobs(jnp.pad(hidden, [*pad, (0, 0)]), head,
-                                          jnp.pad(following, pad), chunk)
+                                          jnp.pad(following, pad), chunk, recompute)
     return _shift_right(logprobs[:, :length]), _shift_right(entropy[:, :length])
 
 
@@ -129,35 +133,40 @@ def _chunk_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
     return dense(hidden, head, preferred_element_type=jnp.float32)
 
 
-def _chunked_forward(hidden, head, following, chunk):
-    """(logprobs, entropy) [B, L] of the tokens `following` each position, and the log-sum-exp
-    [B, L] the backward pass needs."""
+def _chunked_forward(hidden, head, following, chunk, keep_probs):
+    """(logprobs, entropy) [B, L] of the tokens `following` each position, and what the
+    backward pass needs: the log-sum-exp [B, L] and, if `keep_probs`, the probabilities
+    [n, B, chunk, V] (else None)."""
     def body(_, xs):
         h, target = xs
-        return None, _token_statistics(_chunk_logits(h, head), target)
+        logprobs, entropy, normaliser, probs = _token_statistics(_chunk_logits(h, head), target)
+        return None, (logprobs, entropy, normaliser, probs if keep_probs else None)
 
-    _, outs = jax.lax.scan(body, None, (_chunks(hidden, chunk), _chunks(following, chunk)))
+    _, (*outs, probs) = jax.lax.scan(body, None, (_chunks(hidden, chunk),
+                                                  _chunks(following, chunk)))
     logprobs, entropy, normaliser = map(_unchunk, outs)
-    return (logprobs, entropy), normaliser
+    return (logprobs, entropy), (normaliser, probs)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _chunked_logprobs(hidden, head, following, chunk):
-    return _chunked_forward(hidden, head, following, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _chunked_logprobs(hidden, head, following, chunk, recompute):
+    return _chunked_forward(hidden, head, following, chunk, keep_probs=False)[0]
 
 
-def _chunked_logprobs_fwd(hidden, head, following, chunk):
-    out, normaliser = _chunked_forward(hidden, head, following, chunk)
-    return out, (hidden, head, following, normaliser)
+def _chunked_logprobs_fwd(hidden, head, following, chunk, recompute):
+    out, (normaliser, probs) = _chunked_forward(hidden, head, following, chunk,
+                                                keep_probs=not recompute)
+    return out, (hidden, head, following, normaliser, probs)
 
 
-def _chunked_logprobs_bwd(chunk, residuals, cotangents):
-    hidden, head, following, normaliser = residuals
+def _chunked_logprobs_bwd(chunk, recompute, residuals, cotangents):
+    hidden, head, following, normaliser, kept = residuals
     d_logprobs = cotangents[0].astype(jnp.float32)  # entropy is a metric: no gradient
 
     def body(d_head, xs):
-        h, target, lse, g = xs
-        probs = jnp.exp(_chunk_logits(h, head) - lse[..., None])
+        h, target, lse, g, probs = xs
+        if probs is None:
+            probs = jnp.exp(_chunk_logits(h, head) - lse[..., None])
         picked = jnp.arange(head.shape[1]) == target[..., None]
         d_logits = ((picked - probs) * g[..., None]).astype(head.dtype)
         d_h = dense(d_logits, head.T, preferred_element_type=jnp.float32)
@@ -166,7 +175,7 @@ def _chunked_logprobs_bwd(chunk, residuals, cotangents):
                                      preferred_element_type=jnp.float32)
         return d_head, d_h.astype(hidden.dtype)
 
-    xs = tuple(_chunks(x, chunk) for x in (hidden, following, normaliser, d_logprobs))
+    xs = (*(_chunks(x, chunk) for x in (hidden, following, normaliser, d_logprobs)), kept)
     d_head, d_hidden = jax.lax.scan(body, jnp.zeros(head.shape, jnp.float32), xs)
     return _unchunk(d_hidden), d_head.astype(head.dtype), None
 

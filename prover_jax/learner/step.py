@@ -174,7 +174,8 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
       params: float32 params; cast to `cfg.compute_dtype` for the forward pass.
       model_cfg: QwenConfig.
       tokens: int32 [B, L], left-aligned rows.
-      cfg: LearnerConfig (compute dtype, rematerialisation, `logits_chunk`).
+      cfg: LearnerConfig (compute dtype, rematerialisation, `logits_chunk`,
+        `recompute_logits`).
 
     Returns:
       (logprobs, entropy), float32 [B, L].
@@ -183,7 +184,8 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     hidden, _ = forward(compute, model_cfg, tokens, positions, remat=cfg.remat,
                         hidden_only=True)
-    return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, cfg.logits_chunk)
+    return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, cfg.logits_chunk,
+                                cfg.recompute_logits)
 
 
 def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig,

@@ -165,11 +165,13 @@ def test_next_token_logprobs_match_numpy_loop():
     np.testing.assert_allclose(np.asarray(entropy), expected_h, atol=2e-5)
 
 
+@pytest.mark.parametrize("recompute", [True, False])
 @pytest.mark.parametrize("chunk", [3, 4, 64])
-def test_chunked_head_logprobs_equal_full_logits(chunk):
+def test_chunked_head_logprobs_equal_full_logits(chunk, recompute):
     """Values and gradients (through the log-probabilities, not the entropy) of the chunked
     head against `next_token_logprobs` on the materialised logits; chunks that divide L, that
-    do not (padding), and one chunk larger than L."""
+    do not (padding), and one chunk larger than L; logits recomputed or probabilities kept for
+    the backward pass."""
     rng = np.random.default_rng(chunk)
     b, l, d, v = 2, 10, 8, 37
     hidden = jnp.asarray(rng.normal(0, 1, (b, l, d)), jnp.float32)
@@ -182,7 +184,7 @@ def test_chunked_head_logprobs_equal_full_logits(chunk):
         return jnp.sum(weights * logprobs), (logprobs, entropy)
 
     def chunked(h, w):
-        logprobs, entropy = head_logprobs(h, w, tokens, chunk)
+        logprobs, entropy = head_logprobs(h, w, tokens, chunk, recompute)
         return jnp.sum(weights * logprobs), (logprobs, entropy)
 
     (want_grads, (want_lp, want_h)) = jax.grad(full, argnums=(0, 1), has_aux=True)(hidden, head)

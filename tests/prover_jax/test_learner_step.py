@@ -130,11 +130,13 @@ def test_logprobs_follow_next_token_alignment(single, batches):
 
 @pytest.fixture(scope="module")
 def gradients(single, batches):
-    """Gradients and metrics of batch 0 at the initial params, by micro-batch count."""
+    """Gradients and metrics of batch 0 at the initial params, by micro-batch count; "remat"
+    also keeps the head's probabilities instead of recomputing its logits."""
     params = single.init(init_params()).params
     out = {}
     for count, remat in ((1, False), (4, False), (1, True)):
-        config = dataclasses.replace(FP32, micro_batches=count, remat=remat)
+        config = dataclasses.replace(FP32, micro_batches=count, remat=remat,
+                                     recompute_logits=not remat)
         compute = jax.jit(functools.partial(
             batch_gradients, model_cfg=CFG, cfg=config,
             mesh=single.mesh, shardings=single.state_shardings.params))
@@ -171,7 +173,7 @@ def test_micro_batches_equal_one_batch(gradients):
     assert_trees_close(by_count[4], by_count[1], atol=1e-5)  # summation order differs
 
 
-def test_rematerialisation_changes_no_gradient(gradients):
+def test_rematerialisation_and_kept_probabilities_change_no_gradient(gradients):
     _, by_count = gradients
     assert_trees_close(by_count["remat"], by_count[1], atol=1e-6)
 
