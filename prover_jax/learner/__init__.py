@@ -19,6 +19,7 @@ from prover_jax.learner.step import (
     Learner,
     TrainBatch,
     TrainState,
+    head_positions,
     policy_logprobs,
     train_step,
     validate_train_batch,
@@ -26,7 +27,7 @@ from prover_jax.learner.step import (
 
 __all__ = [
     "Checkpoints", "Learner", "LearnerConfig", "LossConfig", "OptimizerConfig", "TrainBatch",
-    "TrainState", "head_logprobs", "loss_weights", "next_token_logprobs", "policy_logprobs",
-    "policy_loss",
-    "token_terms", "train_step", "trained_tokens", "validate_train_batch", "weighted_loss",
+    "TrainState", "head_logprobs", "head_positions", "loss_weights", "next_token_logprobs",
+    "policy_logprobs", "policy_loss", "token_terms", "train_step", "trained_tokens",
+    "validate_train_batch", "weighted_loss",
 ]

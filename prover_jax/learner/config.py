@@ -125,8 +125,12 @@ class LearnerConfig:
       logits_chunk: the LM head and log-softmax run over this many positions of every row at
         a time (`loss.head_logprobs`).
       recompute_logits: the backward pass recomputes each chunk's logits, so nothing
-        [B, L, V] is kept, for one more head matmul. False keeps the probabilities instead
+        [B, L, V] is kept, for one more head matmul. False keeps the logits instead
         (float32 [B / micro_batches, L, V] per micro-batch): faster where that fits.
+      head_buckets: the train step runs the LM head on the trained tokens only, gathered into
+        P slots per row: the most trained tokens of any row rounded up to a multiple of
+        L / head_buckets (`step.head_positions`). Prompt and observation tokens then cost no
+        head matmul; each bucket is one more compiled step. 1 runs the head on every token.
     """
 
     loss: LossConfig = LossConfig()
@@ -136,6 +140,7 @@ class LearnerConfig:
     remat: bool = False
     logits_chunk: int = 128
     recompute_logits: bool = True
+    head_buckets: int = 4
 
     def __post_init__(self):
         for name, kind in (("loss", LossConfig), ("optimizer", OptimizerConfig)):
@@ -144,4 +149,5 @@ class LearnerConfig:
                                  f"{type(getattr(self, name)).__name__}")
         _check_range("micro_batches", self.micro_batches, 1)
         _check_range("logits_chunk", self.logits_chunk, 1)
+        _check_range("head_buckets", self.head_buckets, 1)
         check_choice("compute_dtype", self.compute_dtype, COMPUTE_DTYPES)

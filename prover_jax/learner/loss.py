@@ -63,8 +63,7 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array
       a metric and carries no gradient.
     """
     check_arrays({"logits": (logits, "b l v", "f"), "tokens": (tokens, "b l", "i")})
-    logprobs, entropy, _, _ = _token_statistics(logits.astype(jnp.float32),
-                                                _following(tokens))
+    logprobs, entropy, _ = _token_statistics(logits.astype(jnp.float32), _following(tokens))
     return _shift_right(logprobs), _shift_right(jax.lax.stop_gradient(entropy))
 
 
@@ -74,48 +73,76 @@ def _following(tokens: jax.Array) -> jax.Array:
 
 
 def _token_statistics(logits: jax.Array, targets: jax.Array
-                      ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """float32 logits [..., V], int targets [...] -> float32 [...] log p(target), the
-    distribution's entropy and its log-sum-exp, and the probabilities [..., V]."""
+    distribution's entropy and its log-sum-exp."""
     normaliser = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     probs = jnp.exp(logits - normaliser[..., None])
     entropy = normaliser - jnp.sum(probs * logits, axis=-1)
-    return picked - normaliser, entropy, normaliser, probs
+    return picked - normaliser, entropy, normaliser
 
 
 def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: int,
-                  recompute: bool = True) -> tuple[jax.Array, jax.Array]:
+                  recompute: bool = True, needed: jax.Array | None = None,
+                  positions: int | None = None) -> tuple[jax.Array, jax.Array]:
     """`next_token_logprobs(hidden @ head, tokens)` without the [B, L, V] logits in memory.
 
     The LM head, log-softmax and entropy run over `chunk` positions of every row at a time in
     `lax.scan`. With `recompute` the backward pass recomputes each chunk's logits (one more head
     matmul) instead of keeping anything [B, L, V], so memory for the head is O(B * chunk * V)
     whatever L (a 151k-entry vocabulary makes [B, L, V] float32 logits the largest array of a
-    training step). Without it the forward pass keeps every chunk's probabilities, float32
-    [B, L, V], and the backward pass reads them.
+    training step). Without it the forward pass keeps every chunk's logits, float32 [B, L, V],
+    and the backward pass reads them.
+
+    With `needed`, only the needed tokens go through the head: each row's hidden states that
+    predict them are gathered into `positions` slots (a static count, at least the most needed
+    tokens of any row), so the head's work shrinks by L / positions; the other tokens get 0.
 
     Args:
       hidden: float [B, L, D] final normalised hidden states (`forward(..., hidden_only=True)`).
       head: float [D, V] the LM head (`models.qwen.lm_head`).
       tokens: int [B, L].
-      chunk: positions per chunk (L is padded up to a multiple).
-      recompute: recompute the logits in the backward pass (else keep the probabilities).
+      chunk: at most this many positions per chunk.
+      recompute: recompute the logits in the backward pass (else keep them).
+      needed: bool [B, L] the tokens whose log-probabilities are wanted (e.g. the trained
+        tokens), or None for all.
+      positions: slots per row for the needed tokens; a row with more needed tokens gets NaN.
 
     Returns:
-      (logprobs, entropy), float32 [B, L], as `next_token_logprobs`; the gradient reaches
-      `hidden` and `head` through the log-probabilities only.
+      (logprobs, entropy), float32 [B, L], as `next_token_logprobs` (0 where not `needed`); the
+      gradient reaches `hidden` and `head` through the log-probabilities only.
     """
     check_arrays({"hidden": (hidden, "b l d", "f"), "head": (head, "d v", "f"),
                   "tokens": (tokens, "b l", "i")})
-    length = tokens.shape[1]
-    chunk = max(1, min(chunk, length))
-    padded = -(-length // chunk) * chunk
     following = _following(tokens)
-    pad = [(0, 0), (0, padded - length)]
+    if needed is None:
+        return tuple(map(_shift_right, _padded_chunks(hidden, head, following, chunk,
+                                                      recompute)))
+    check_arrays({"needed": (needed, "b l", "b")})
+    length = tokens.shape[1]
+    predicting = jnp.concatenate([needed[:, 1:], jnp.zeros_like(needed[:, :1])], axis=1)
+    slots = jax.vmap(lambda m: jnp.nonzero(m, size=positions, fill_value=length)[0])(predicting)
+    clipped = jnp.minimum(slots, length - 1)
+    rows = jnp.take_along_axis(hidden, clipped[..., None], axis=1)
+    stats = _padded_chunks(rows, head, jnp.take_along_axis(following, clipped, axis=1), chunk,
+                           recompute)
+    overflow = jnp.sum(predicting, axis=1, keepdims=True) > positions
+    row_index = jnp.arange(tokens.shape[0])[:, None]
+    return tuple(_shift_right(jnp.where(overflow, jnp.nan, jnp.zeros(tokens.shape, x.dtype)
+                                        .at[row_index, slots].set(x, mode="drop")))
+                 for x in stats)
+
+
+def _padded_chunks(hidden, head, following, chunk, recompute):
+    """`_chunked_logprobs` on [B, P, ...] inputs padded up to a multiple of the chunk; returns
+    (logprobs, entropy) [B, P] unshifted."""
+    length = following.shape[1]
+    chunk = -(-length // -(-length // chunk))  # as even as chunks of at most `chunk` get
+    pad = [(0, 0), (0, -(-length // chunk) * chunk - length)]
     logprobs, entropy = _chunked_logprobs(jnp.pad(hidden, [*pad, (0, 0)]), head,
                                           jnp.pad(following, pad), chunk, recompute)
-    return _shift_right(logprobs[:, :length]), _shift_right(entropy[:, :length])
+    return logprobs[:, :length], entropy[:, :length]
 
 
 def _chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -133,30 +160,30 @@ def _chunk_logits(hidden: jax.Array, head: jax.Array) -> jax.Array:
     return dense(hidden, head, preferred_element_type=jnp.float32)
 
 
-def _chunked_forward(hidden, head, following, chunk, keep_probs):
+def _chunked_forward(hidden, head, following, chunk, keep_logits):
     """(logprobs, entropy) [B, L] of the tokens `following` each position, and what the
-    backward pass needs: the log-sum-exp [B, L] and, if `keep_probs`, the probabilities
+    backward pass needs: the log-sum-exp [B, L] and, if `keep_logits`, the logits
     [n, B, chunk, V] (else None)."""
     def body(_, xs):
         h, target = xs
-        logprobs, entropy, normaliser, probs = _token_statistics(_chunk_logits(h, head), target)
-        return None, (logprobs, entropy, normaliser, probs if keep_probs else None)
+        logits = _chunk_logits(h, head)
+        return None, (*_token_statistics(logits, target), logits if keep_logits else None)
 
-    _, (*outs, probs) = jax.lax.scan(body, None, (_chunks(hidden, chunk),
-                                                  _chunks(following, chunk)))
+    _, (*outs, logits) = jax.lax.scan(body, None, (_chunks(hidden, chunk),
+                                                   _chunks(following, chunk)))
     logprobs, entropy, normaliser = map(_unchunk, outs)
-    return (logprobs, entropy), (normaliser, probs)
+    return (logprobs, entropy), (normaliser, logits)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def _chunked_logprobs(hidden, head, following, chunk, recompute):
-    return _chunked_forward(hidden, head, following, chunk, keep_probs=False)[0]
+    return _chunked_forward(hidden, head, following, chunk, keep_logits=False)[0]
 
 
 def _chunked_logprobs_fwd(hidden, head, following, chunk, recompute):
-    out, (normaliser, probs) = _chunked_forward(hidden, head, following, chunk,
-                                                keep_probs=not recompute)
-    return out, (hidden, head, following, normaliser, probs)
+    out, (normaliser, logits) = _chunked_forward(hidden, head, following, chunk,
+                                                 keep_logits=not recompute)
+    return out, (hidden, head, following, normaliser, logits)
 
 
 def _chunked_logprobs_bwd(chunk, recompute, residuals, cotangents):
@@ -164,9 +191,8 @@ def _chunked_logprobs_bwd(chunk, recompute, residuals, cotangents):
     d_logprobs = cotangents[0].astype(jnp.float32)  # entropy is a metric: no gradient
 
     def body(d_head, xs):
-        h, target, lse, g, probs = xs
-        if probs is None:
-            probs = jnp.exp(_chunk_logits(h, head) - lse[..., None])
+        h, target, lse, g, logits = xs
+        probs = jnp.exp((_chunk_logits(h, head) if logits is None else logits) - lse[..., None])
         picked = jnp.arange(head.shape[1]) == target[..., None]
         d_logits = ((picked - probs) * g[..., None]).astype(head.dtype)
         d_h = dense(d_logits, head.T, preferred_element_type=jnp.float32)

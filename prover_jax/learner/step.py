@@ -166,8 +166,9 @@ def merge_micro_batches(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
-                   cfg: LearnerConfig) -> tuple[jax.Array, jax.Array]:
+def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, cfg: LearnerConfig,
+                   needed: jax.Array | None = None,
+                   head_positions: int | None = None) -> tuple[jax.Array, jax.Array]:
     """Log-probability and entropy of every token under `params` (`loss.head_logprobs`).
 
     Args:
@@ -176,29 +177,35 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array,
       tokens: int32 [B, L], left-aligned rows.
       cfg: LearnerConfig (compute dtype, rematerialisation, `logits_chunk`,
         `recompute_logits`).
+      needed, head_positions: only the tokens of bool [B, L] `needed`, at most
+        `head_positions` per row, go through the LM head (None: every token).
 
     Returns:
-      (logprobs, entropy), float32 [B, L].
+      (logprobs, entropy), float32 [B, L] (0 on tokens not `needed`).
     """
     compute = jax.tree.map(lambda p: p.astype(cfg.compute_dtype), params)
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     hidden, _ = forward(compute, model_cfg, tokens, positions, remat=cfg.remat,
                         hidden_only=True)
     return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, cfg.logits_chunk,
-                                cfg.recompute_logits)
+                                cfg.recompute_logits, needed, head_positions)
 
 
-def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig,
-                     cfg: LearnerConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """The loss sum of one micro-batch (weights from the whole batch) and its metric sums."""
-    logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg)
+def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig, cfg: LearnerConfig,
+                     head_positions: int | None) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The loss sum of one micro-batch (weights from the whole batch) and its metric sums; the
+    LM head runs on the trained tokens only when `head_positions` is given."""
+    needed = None if head_positions is None else micro.mask
+    logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg, needed,
+                                       head_positions)
     metrics = losses.weighted_loss(logprobs, entropy, micro.old_logprobs, micro.advantages,
                                    micro.mask, micro.weights, cfg.loss, micro.ref_logprobs)
     return metrics["loss"], metrics
 
 
 def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg: LearnerConfig,
-                         shardings) -> tuple[Any, dict[str, jax.Array]]:
+                         shardings, head_positions: int | None = None
+                         ) -> tuple[Any, dict[str, jax.Array]]:
     """Sums gradients and metrics over the micro-batches in `lax.scan`.
 
     Args:
@@ -206,6 +213,7 @@ def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg
       micro: MicroBatches, leaves [N, B / N, ...].
       model_cfg, cfg: configs.
       shardings: params-shaped NamedShardings the gradients are kept in.
+      head_positions: see `batch_gradients`.
 
     Returns:
       (float32 gradient pytree, {metric: float32 scalar}) of the whole batch.
@@ -216,7 +224,7 @@ def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg
         return jax.tree.map(jnp.add, total, part)
 
     def body(carry, one):
-        grads, metrics = grad_fn(params, one, model_cfg, cfg)
+        grads, metrics = grad_fn(params, one, model_cfg, cfg, head_positions)
         grads = jax.lax.with_sharding_constraint(grads, shardings)
         return (add(carry[0], grads), add(carry[1], metrics)), None
 
@@ -227,7 +235,8 @@ def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg
 
 
 def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: LearnerConfig,
-                    mesh: Mesh, shardings) -> tuple[Any, dict[str, jax.Array]]:
+                    mesh: Mesh, shardings, head_positions: int | None = None
+                    ) -> tuple[Any, dict[str, jax.Array]]:
     """Gradient of the whole batch's loss, accumulated over `cfg.micro_batches` micro-batches.
 
     Args:
@@ -236,6 +245,8 @@ def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: Le
       model_cfg, cfg: configs (static).
       mesh: the device mesh.
       shardings: params-shaped NamedShardings of the params.
+      head_positions: None runs the LM head on every token; an int at least the most trained
+        tokens of any row (`head_positions`) runs it on the trained tokens only.
 
     Returns:
       (float32 gradients shaped like params, float32 scalar metrics of `loss.weighted_loss`).
@@ -248,12 +259,13 @@ def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: Le
         MicroBatches(batch.batch.tokens, mask, losses.loss_weights(mask, loss_mask, cfg.loss),
                      batch.old_logprobs, batch.advantages, batch.ref_logprobs),
         cfg.micro_batches, mesh)
-    return accumulate_gradients(params, micro, model_cfg, cfg, shardings)
+    return accumulate_gradients(params, micro, model_cfg, cfg, shardings, head_positions)
 
 
 def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
                cfg: LearnerConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
-               shardings) -> tuple[TrainState, dict[str, jax.Array]]:
+               shardings, head_positions: int | None = None
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update on one batch (wrap with `jax.jit`; `Learner` does).
 
     Args:
@@ -263,13 +275,15 @@ def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
       optimizer: `optim.make_optimizer(cfg.optimizer, model_cfg)`.
       mesh: the device mesh.
       shardings: params-shaped NamedShardings of the params.
+      head_positions: see `batch_gradients`.
 
     Returns:
       (the next TrainState, float32 scalar metrics: loss, policy_loss, kl_loss, kl, entropy,
       clip_fraction, grad_norm (before clipping), lr (of this update)).
     """
     grads, metrics = batch_gradients(state.params, batch, model_cfg=model_cfg, cfg=cfg,
-                                     mesh=mesh, shardings=shardings)
+                                     mesh=mesh, shardings=shardings,
+                                     head_positions=head_positions)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics.update(grad_norm=optax.tree.norm(grads),
@@ -320,7 +334,7 @@ class _Compiled(NamedTuple):
     optimizer: optax.GradientTransformation
     param_shardings: Any
     state_shardings: TrainState
-    train_step: Any
+    train_step: Any  # head_positions -> the jitted step
     logprobs: Any
     fresh_state: Any
 
@@ -339,21 +353,45 @@ def _compile(model_cfg: QwenConfig, cfg: LearnerConfig, mesh: Mesh,
                                 transform_non_params=lambda _: replicated)
     state = TrainState(params, opt, replicated, replicated, replicated)
     common = dict(model_cfg=model_cfg, cfg=cfg, mesh=mesh)
-    step = jax.jit(functools.partial(train_step, optimizer=optimizer, shardings=params, **common),
-                   in_shardings=(state, rows), out_shardings=(state, replicated),
-                   donate_argnums=0)
+
+    @functools.cache
+    def step(head_positions: int | None):
+        return jax.jit(functools.partial(train_step, optimizer=optimizer, shardings=params,
+                                         head_positions=head_positions, **common),
+                       in_shardings=(state, rows), out_shardings=(state, replicated),
+                       donate_argnums=0)
+
     logprobs = jax.jit(functools.partial(policy_logprobs, **common),
                        in_shardings=(params, rows), out_shardings=rows)
     fresh = jax.jit(functools.partial(fresh_state, optimizer=optimizer), out_shardings=state)
     return _Compiled(optimizer, params, state, step, logprobs, fresh)
 
 
+@jax.jit
+def _most_trained(loss_mask: jax.Array, high_prob: jax.Array | None) -> jax.Array:
+    return jnp.max(jnp.sum(losses.trained_tokens(loss_mask, high_prob), axis=1))
+
+
+def head_positions(batch: TrainBatch, buckets: int) -> int | None:
+    """Slots per row for the LM head of a train step on `batch` (`batch_gradients`).
+
+    The most trained tokens of any row, rounded up to a multiple of ceil(L / buckets), so a run
+    compiles at most `buckets` steps per batch shape. None (every token) when that reaches L,
+    when `buckets` is 1, or when the mask is abstract (the step is being traced).
+    """
+    loss_mask = batch.batch.loss_mask
+    if buckets == 1 or isinstance(loss_mask, jax.core.Tracer):
+        return None
+    length = loss_mask.shape[1]
+    bucket = -(-length // buckets)
+    slots = max(1, -(-int(_most_trained(loss_mask, batch.high_prob)) // bucket)) * bucket
+    return None if slots >= length else slots
+
+
 class Learner:
     """A model, a LearnerConfig and a mesh, with the compiled step and log-probability functions.
 
     Attributes:
-      train_step: jitted `(TrainState, TrainBatch) -> (TrainState, metrics)`; the state is
-        donated (do not reuse the one passed in).
       logprobs: jitted `(params, tokens [B, L]) -> float32 [B, L]` (`policy_logprobs`).
       optimizer: the optax transformation.
       mesh: the mesh (one device when none is given).
@@ -371,9 +409,20 @@ class Learner:
         compiled = _compile(model_cfg, self.cfg, self.mesh, tuple(sorted(rules.items())))
         self.optimizer = compiled.optimizer
         self.state_shardings = compiled.state_shardings
-        self.train_step = compiled.train_step
+        self._train_step = compiled.train_step
         self.logprobs = compiled.logprobs
         self._fresh_state = compiled.fresh_state
+
+    def train_step(self, state: TrainState, batch: TrainBatch
+                   ) -> tuple[TrainState, dict[str, jax.Array]]:
+        """One jitted update (`train_step`): `(TrainState, TrainBatch) -> (TrainState, metrics)`.
+
+        The state is donated (do not reuse the one passed in). The LM head runs on the trained
+        tokens only, in `head_positions(batch, cfg.head_buckets)` slots per row: one compiled
+        step per bucket.
+        """
+        positions = head_positions(batch, self.cfg.head_buckets)
+        return self._train_step(positions)(state, batch)
 
     def init(self, params, rng: jax.Array | int = 0) -> TrainState:
         """A fresh TrainState: params cast to float32 and placed on the mesh, zero moments.

@@ -170,7 +170,7 @@ def test_next_token_logprobs_match_numpy_loop():
 def test_chunked_head_logprobs_equal_full_logits(chunk, recompute):
     """Values and gradients (through the log-probabilities, not the entropy) of the chunked
     head against `next_token_logprobs` on the materialised logits; chunks that divide L, that
-    do not (padding), and one chunk larger than L; logits recomputed or probabilities kept for
+    do not (padding), and one chunk larger than L; logits recomputed or kept for
     the backward pass."""
     rng = np.random.default_rng(chunk)
     b, l, d, v = 2, 10, 8, 37
@@ -195,6 +195,41 @@ def test_chunked_head_logprobs_equal_full_logits(chunk, recompute):
     for got, want in zip(got_grads, want_grads):
         np.testing.assert_allclose(got, want, atol=1e-5)
     assert float(jnp.abs(want_grads[1]).max()) > 0.1
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_head_on_needed_tokens_equals_the_full_head_there(recompute):
+    """Values and gradients with only the `needed` tokens through the head (gathered into 6
+    slots per row, in chunks of 4) against the head on every token; 0 elsewhere; a row with
+    more needed tokens than slots is NaN (after column 0), not silently truncated."""
+    rng = np.random.default_rng(7)
+    b, l, d, v = 3, 12, 8, 29
+    hidden = jnp.asarray(rng.normal(0, 1, (b, l, d)), jnp.float32)
+    head = jnp.asarray(rng.normal(0, 1, (d, v)), jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, v, (b, l)), jnp.int32)
+    weights = jnp.asarray(rng.normal(0, 1, (b, l)), jnp.float32)
+    needed = np.zeros((b, l), bool)
+    needed[0, [1, 4, 5, 11]] = True
+    needed[1, 6:12] = True  # exactly as many as the slots, up to the last token
+    needed = jnp.asarray(needed)  # row 2 needs nothing
+
+    def loss(h, w, subset):
+        args = (needed, 6) if subset else ()
+        logprobs, entropy = head_logprobs(h, w, tokens, 4, recompute, *args)
+        return jnp.sum(jnp.where(needed, weights * logprobs, 0.0)), (logprobs, entropy)
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True), static_argnums=2)
+    want_grads, (want_lp, want_h) = grad(hidden, head, False)
+    got_grads, (got_lp, got_h) = grad(hidden, head, True)
+    np.testing.assert_allclose(got_lp, np.where(needed, want_lp, 0.0), atol=1e-5)
+    np.testing.assert_allclose(got_h, np.where(needed, want_h, 0.0), atol=1e-5)
+    assert np.count_nonzero(got_lp) == int(needed.sum())
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    too_many = needed.at[2, 1:8].set(True)
+    logprobs, _ = head_logprobs(hidden, head, tokens, 4, recompute, too_many, 6)
+    logprobs = np.asarray(logprobs)
+    assert np.isnan(logprobs[2, 1:]).all() and np.isfinite(logprobs[:2]).all()
 
 
 def test_chunked_head_in_bf16_keeps_gradient_dtypes_and_values():

@@ -16,7 +16,7 @@ import pytest
 from models import qwen
 from models.qwen.sharding import make_mesh
 from prover_jax import credit
-from prover_jax.batch import Message, Trajectory, pack
+from prover_jax.batch import Batch, Message, Trajectory, pack
 from prover_jax.learner import (
     Learner,
     LearnerConfig,
@@ -27,7 +27,7 @@ from prover_jax.learner import (
     validate_train_batch,
 )
 from prover_jax.learner.optim import decay_mask, schedule
-from prover_jax.learner.step import batch_gradients
+from prover_jax.learner.step import batch_gradients, head_positions
 
 CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64,
                       num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -130,17 +130,21 @@ def test_logprobs_follow_next_token_alignment(single, batches):
 
 @pytest.fixture(scope="module")
 def gradients(single, batches):
-    """Gradients and metrics of batch 0 at the initial params, by micro-batch count; "remat"
-    also keeps the head's probabilities instead of recomputing its logits."""
+    """Gradients and metrics of batch 0 at the initial params with the LM head on every token,
+    by micro-batch count; "remat" also keeps the head's logits instead of recomputing them;
+    "trained" runs the head on the trained tokens only (`head_positions`)."""
     params = single.init(init_params()).params
+    positions = head_positions(batches[0], buckets=4)
+    assert positions is not None and positions < LENGTH
     out = {}
-    for count, remat in ((1, False), (4, False), (1, True)):
+    for name, count, remat, slots in ((1, 1, False, None), (4, 4, False, None),
+                                      ("remat", 1, True, None), ("trained", 4, False, positions)):
         config = dataclasses.replace(FP32, micro_batches=count, remat=remat,
                                      recompute_logits=not remat)
         compute = jax.jit(functools.partial(
-            batch_gradients, model_cfg=CFG, cfg=config,
-            mesh=single.mesh, shardings=single.state_shardings.params))
-        out["remat" if remat else count] = jax.device_get(compute(params, batches[0]))
+            batch_gradients, model_cfg=CFG, cfg=config, mesh=single.mesh,
+            shardings=single.state_shardings.params, head_positions=slots))
+        out[name] = jax.device_get(compute(params, batches[0]))
     return params, out
 
 
@@ -173,9 +177,32 @@ def test_micro_batches_equal_one_batch(gradients):
     assert_trees_close(by_count[4], by_count[1], atol=1e-5)  # summation order differs
 
 
-def test_rematerialisation_and_kept_probabilities_change_no_gradient(gradients):
+def test_rematerialisation_and_kept_logits_change_no_gradient(gradients):
     _, by_count = gradients
     assert_trees_close(by_count["remat"], by_count[1], atol=1e-6)
+
+
+def test_head_on_trained_tokens_only_changes_no_gradient(gradients):
+    _, by_count = gradients
+    assert_trees_close(by_count["trained"], by_count[4], atol=1e-6)
+
+
+def test_head_positions_buckets_the_most_trained_tokens_of_a_row():
+    loss_mask = np.zeros((3, 32), bool)
+    loss_mask[0, 1:10] = True  # 9 trained tokens: the longest row
+    loss_mask[1, 20:25] = True
+    zeros = np.zeros((3, 32), np.float32)
+    batch = TrainBatch(Batch(np.ones((3, 32), np.int32), loss_mask, loss_mask.astype(np.int32) - 1,
+                             np.zeros(3, np.int32), np.zeros(3, np.float32),
+                             np.ones((3, 1), bool)), zeros, zeros)
+    assert head_positions(batch, buckets=4) == 16  # 9 rounded up to a multiple of 32 / 4
+    assert head_positions(batch, buckets=8) == 12
+    assert head_positions(batch, buckets=1) is None
+    high_prob = np.zeros_like(loss_mask)
+    high_prob[0, 1:3] = True  # SPO's mask leaves 7 trained tokens in row 0
+    assert head_positions(dataclasses.replace(batch, high_prob=high_prob), buckets=8) == 8
+    loss_mask[2, 1:] = True  # a row trained on every token after the first
+    assert head_positions(batch, buckets=4) is None
 
 
 def test_sharded_step_equals_single_device(batches, reference_run):
