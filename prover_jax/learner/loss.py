@@ -128,10 +128,16 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
     stats = _padded_chunks(rows, head, jnp.take_along_axis(following, clipped, axis=1), chunk,
                            recompute)
     overflow = jnp.sum(predicting, axis=1, keepdims=True) > positions
-    row_index = jnp.arange(tokens.shape[0])[:, None]
-    return tuple(_shift_right(jnp.where(overflow, jnp.nan, jnp.zeros(tokens.shape, x.dtype)
-                                        .at[row_index, slots].set(x, mode="drop")))
+    return tuple(_shift_right(jnp.where(overflow, jnp.nan, _scatter_rows(x, slots, length)))
                  for x in stats)
+
+
+def _scatter_rows(values: jax.Array, slots: jax.Array, length: int) -> jax.Array:
+    """[B, P] values at positions `slots` [B, P] of [B, length] zeros; slots >= length are
+    dropped."""
+    rows = jnp.arange(values.shape[0])[:, None]
+    return jnp.zeros((values.shape[0], length), values.dtype).at[rows, slots].set(
+        values, mode="drop")
 
 
 def _padded_chunks(hidden, head, following, chunk, recompute):

@@ -5,6 +5,8 @@ micro-batches, gradients accumulated over them in `lax.scan`, then global-norm c
 AdamW. Master weights, gradients and optimizer state are float32; the forward and backward pass
 run in `LearnerConfig.compute_dtype` (a cast of the params inside the differentiated function,
 so gradients arrive in float32). Logits and the loss are float32 whatever the compute dtype.
+The LM head runs on the trained tokens only, gathered into a bucketed number of slots per row
+(`head_positions`); the log-probability function runs it on every token.
 
 Sharding. Params and optimizer moments follow `models.qwen.sharding.LEARNER_RULES` (FSDP: the
 model width over "data"; heads, MLP and vocab over "model", which is tensor parallelism when the
