@@ -14,7 +14,7 @@ memory is its own: resident memory (ru_maxrss) on CPU, the device allocator's pe
 Our learner runs the LM head on the trained tokens only (`LearnerConfig.head_buckets`), which
 the PyTorch side, like most trainers, does not: a third row times ours with the head on every
 token (`head_buckets=1`), the same work as PyTorch's. The cpu preset also sets `remat=True`,
-`recompute_logits=False` and `logits_chunk=256` (the fastest settings on 2 cores; memory is
+`recompute_logits=False` and `logits_chunk=256` (the fastest of those tried on 2 cores; memory is
 in the table).
 
 Presets: "cpu" (about 11M parameters, batch 8 x 256, float32; the one that writes

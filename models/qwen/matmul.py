@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 
 
 def dense(x: jax.Array, w: jax.Array, axes: int = 1,
@@ -13,7 +14,7 @@ def dense(x: jax.Array, w: jax.Array, axes: int = 1,
 
     Computed as one [rows, K] @ [K, N] matmul. In the backward pass XLA:CPU then computes the
     weight gradient from the activations as they are; with [B, L, D] operands it transposed the
-    activation gradients first, slowly (a 4-layer train step spent ~15% of its time there).
+    activation gradients first, slowly (14% of a 4-layer model's forward + backward on CPU).
 
     Args:
       x: [..., *w.shape[:axes]].
@@ -26,6 +27,6 @@ def dense(x: jax.Array, w: jax.Array, axes: int = 1,
     """
     batch = x.shape[:x.ndim - axes]
     inner = math.prod(w.shape[:axes])
-    out = jax.numpy.matmul(x.reshape(-1, inner), w.reshape(inner, -1),
-                           preferred_element_type=preferred_element_type)
+    out = jnp.matmul(x.reshape(-1, inner), w.reshape(inner, -1),
+                     preferred_element_type=preferred_element_type)
     return out.reshape(*batch, *w.shape[axes:])

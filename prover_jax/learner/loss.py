@@ -68,7 +68,8 @@ def next_token_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array
 
 
 def _following(tokens: jax.Array) -> jax.Array:
-    """[B, L] the token each position predicts (0 after the last)."""
+    """[B, L] the token each position predicts (0 after the last); for a mask, whether the
+    next token is in it."""
     return jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
 
 
@@ -121,7 +122,7 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
                                                       recompute)))
     check_arrays({"needed": (needed, "b l", "b")})
     length = tokens.shape[1]
-    predicting = jnp.concatenate([needed[:, 1:], jnp.zeros_like(needed[:, :1])], axis=1)
+    predicting = _following(needed)
     slots = jax.vmap(lambda m: jnp.nonzero(m, size=positions, fill_value=length)[0])(predicting)
     clipped = jnp.minimum(slots, length - 1)
     rows = jnp.take_along_axis(hidden, clipped[..., None], axis=1)
@@ -144,8 +145,9 @@ def _padded_chunks(hidden, head, following, chunk, recompute):
     """`_chunked_logprobs` on [B, P, ...] inputs padded up to a multiple of the chunk; returns
     (logprobs, entropy) [B, P] unshifted."""
     length = following.shape[1]
-    chunk = -(-length // -(-length // chunk))  # as even as chunks of at most `chunk` get
-    pad = [(0, 0), (0, -(-length // chunk) * chunk - length)]
+    count = -(-length // chunk)
+    chunk = -(-length // count)  # the most even split into `count` chunks of at most `chunk`
+    pad = [(0, 0), (0, count * chunk - length)]
     logprobs, entropy = _chunked_logprobs(jnp.pad(hidden, [*pad, (0, 0)]), head,
                                           jnp.pad(following, pad), chunk, recompute)
     return logprobs[:, :length], entropy[:, :length]

@@ -188,21 +188,25 @@ def test_head_on_trained_tokens_only_changes_no_gradient(gradients):
 
 
 def test_head_positions_buckets_the_most_trained_tokens_of_a_row():
+    def batch_of(loss_mask):
+        zeros = np.zeros(loss_mask.shape, np.float32)
+        return TrainBatch(Batch(np.ones(loss_mask.shape, np.int32), loss_mask,
+                                loss_mask.astype(np.int32) - 1, np.zeros(3, np.int32),
+                                np.zeros(3, np.float32), np.ones((3, 1), bool)), zeros, zeros)
+
     loss_mask = np.zeros((3, 32), bool)
     loss_mask[0, 1:10] = True  # 9 trained tokens: the longest row
     loss_mask[1, 20:25] = True
-    zeros = np.zeros((3, 32), np.float32)
-    batch = TrainBatch(Batch(np.ones((3, 32), np.int32), loss_mask, loss_mask.astype(np.int32) - 1,
-                             np.zeros(3, np.int32), np.zeros(3, np.float32),
-                             np.ones((3, 1), bool)), zeros, zeros)
+    batch = batch_of(loss_mask)
     assert head_positions(batch, buckets=4) == 16  # 9 rounded up to a multiple of 32 / 4
     assert head_positions(batch, buckets=8) == 12
     assert head_positions(batch, buckets=1) is None
     high_prob = np.zeros_like(loss_mask)
     high_prob[0, 1:3] = True  # SPO's mask leaves 7 trained tokens in row 0
     assert head_positions(dataclasses.replace(batch, high_prob=high_prob), buckets=8) == 8
-    loss_mask[2, 1:] = True  # a row trained on every token after the first
-    assert head_positions(batch, buckets=4) is None
+    full = loss_mask.copy()
+    full[2, 1:] = True  # a row trained on every token after the first
+    assert head_positions(batch_of(full), buckets=4) is None
 
 
 def test_sharded_step_equals_single_device(batches, reference_run):
