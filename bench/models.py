@@ -3,7 +3,8 @@
 One config per family, each a few tens of millions of parameters, random weights saved once as a
 Hugging Face folder and loaded by both sides. Prefill: batch 8 x 512 tokens, one forward
 (ours jitted, compiled before timing; theirs eager under `torch.no_grad`). Decode: batch 8,
-64-token prompts, 64 greedy new tokens (ours `models.qwen.sampler.generate`, theirs
+64-token prompts, 64 greedy new tokens (ours `models.qwen.sampler.generate` on params laid out
+once by `sampling_params`, as a rollout policy holds them between weight updates; theirs
 `model.generate`). Every measurement runs in its own process so its peak resident memory
 (ru_maxrss) is its own; the two sides alternate over two rounds and each keeps its fastest,
 so a drift in the machine's speed between processes does not favour one side.
@@ -73,7 +74,7 @@ def measure_ours(folder: Path, phase: str) -> float:
     import numpy as np
 
     from models import qwen
-    from models.qwen.sampler import generate
+    from models.qwen.sampler import generate, sampling_params
 
     cfg, params = qwen.load(folder)
     if phase == "prefill":
@@ -84,10 +85,11 @@ def measure_ours(folder: Path, phase: str) -> float:
     else:
         x = tokens((BATCH, PROMPT_LEN), cfg.vocab_size)
         pos = np.broadcast_to(np.arange(PROMPT_LEN), x.shape).astype(np.int32)
+        prepared = sampling_params(params, cfg)  # once per weight update, as ModelPolicy does
 
         def call():
             cache = qwen.init_cache(cfg, BATCH, PROMPT_LEN + NEW_TOKENS)
-            return generate(params, cfg, x, pos, cache, jax.random.key(0),
+            return generate(prepared, cfg, x, pos, cache, jax.random.key(0),
                             max_tokens=NEW_TOKENS, max_new_tokens=jnp.int32(NEW_TOKENS),
                             stop_tokens=jnp.array([-1], jnp.int32),
                             temperature=jnp.float32(0.0)).tokens

@@ -26,7 +26,7 @@ import numpy as np
 
 from models.qwen import QwenConfig, init_cache, positions_from_mask
 from models.qwen.chat import ACT_TOOL, END_OF_TURN, agent_messages
-from models.qwen.sampler import generate
+from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.rollout import Action, Episode, Policy
 
@@ -66,11 +66,16 @@ def parse_action(reply: str) -> str:
 
 
 class ModelPolicy(Policy):
-    """Samples actions from a Qwen model (params on device, config, tokenizer)."""
+    """Samples actions from a Qwen model (params on device, config, tokenizer).
+
+    The params are laid out for sampling once, here (`sampling_params`: on CPU a per-layer
+    copy of the weights), so make one policy per weight update and drop it before training.
+    """
 
     def __init__(self, params, cfg: QwenConfig, tokenizer, system: str,
                  sampling: SamplingConfig | None = None):
-        self.params, self.cfg, self.tokenizer, self.system = params, cfg, tokenizer, system
+        self.params = sampling_params(params, cfg)
+        self.cfg, self.tokenizer, self.system = cfg, tokenizer, system
         self.sampling = sampling or SamplingConfig()
         stop = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         if stop is None or stop == tokenizer.unk_token_id:

@@ -188,6 +188,7 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
             rows, turns = batch.turn_valid.shape
             inputs, logs = host_inputs(config.credit, env, groups, pool, policy, rng, config,
                                        rows, turns)
+            del policy  # its sampling copy of the weights
             advantages = credit.compute(config.credit, batch, inputs).tokens
             old = learner.logprobs(state.params, batch.tokens)
             state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))

@@ -381,8 +381,11 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
 
 
 def lm_head(params, cfg: QwenConfig) -> jax.Array:
-    """The output projection [D, V]: the embedding transposed when the model ties them."""
-    return params["embed"].T if cfg.tie_word_embeddings else params["lm_head"]
+    """The output projection [D, V]: the embedding transposed when the model ties them, unless
+    the params carry that transpose as their own `lm_head` (`sampler.sampling_params`)."""
+    if cfg.tie_word_embeddings and "lm_head" not in params:
+        return params["embed"].T
+    return params["lm_head"]
 
 
 def positions_from_mask(mask: jax.Array) -> jax.Array:

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from models import qwen
-from models.qwen.sampler import generate
+from models.qwen.sampler import generate, sampling_params
 from tests.models.test_qwen_parity import CONFIGS, TINY, randomise
 
 MAX_TOKENS = 8
@@ -57,6 +57,37 @@ def test_greedy_equals_transformers_generate(tiny):
                                   eos_token_id=None, pad_token_id=0)
     np.testing.assert_array_equal(np.asarray(out.tokens), expected[:, 6:].numpy())
     assert np.asarray(out.lengths).tolist() == [MAX_TOKENS] * 3
+
+
+def test_prepared_params_sample_what_the_loaded_ones_do(tiny):
+    _, cfg, params = tiny
+    prepared = sampling_params(params, cfg)
+    assert isinstance(prepared["layers"], tuple)  # the CPU layout, not the params themselves
+    assert sampling_params(prepared, cfg) is prepared
+    tokens, mask = prompts(cfg)
+    loaded, ready = (run(p, cfg, tokens, mask, key=3) for p in (params, prepared))
+    np.testing.assert_array_equal(np.asarray(ready.tokens), np.asarray(loaded.tokens))
+    np.testing.assert_allclose(np.asarray(ready.logprobs), np.asarray(loaded.logprobs),
+                               atol=1e-6)
+
+
+def test_tied_embeddings_sample_through_a_copied_head(tmp_path):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(CONFIGS["qwen3-tied"]()).eval()
+    randomise(model, seed=5)
+    model.save_pretrained(tmp_path)
+    cfg, params = qwen.load(tmp_path)
+    prepared = sampling_params(params, cfg)
+    np.testing.assert_array_equal(np.asarray(prepared["lm_head"]), np.asarray(params["embed"]).T)
+    tokens, mask = prompts(cfg)
+    with torch.no_grad():
+        expected = model.generate(torch.tensor(tokens.astype(np.int64)),
+                                  attention_mask=torch.tensor(mask.astype(np.int64)),
+                                  max_new_tokens=MAX_TOKENS, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)[:, 6:].numpy()
+    for p in (params, prepared):
+        out = run(p, cfg, tokens, mask, temperature=jnp.float32(0.0))
+        np.testing.assert_array_equal(np.asarray(out.tokens), expected)
 
 
 def test_logprobs_match_a_full_forward(tiny):
