@@ -123,8 +123,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | Non
         spans = [(lo, hi, s) for lo, hi in zip(range(0, l, block), ends)]
     outs = []
     for lo, hi, keys in spans:  # query rows lo..hi-1 see key slots 0..keys-1
-        scores = jnp.einsum("bkqe,bkse->bkqs", rows[:, :, lo:hi].reshape(b, kv_heads, -1, e),
-                            k[:, :, :keys], preferred_element_type=jnp.float32)
+        scores = _scores(rows[:, :, lo:hi].reshape(b, kv_heads, -1, e), k[:, :, :keys])
         slots = jnp.repeat(q_slots[lo:hi], g)
         mask = (jnp.arange(keys)[None, :] <= slots[:, None])[None] & k_valid[:, None, :keys]
         scores = jnp.where(mask[:, None], scores, NEG_INF)
@@ -133,6 +132,24 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array | Non
         outs.append(out.reshape(b, kv_heads, hi - lo, g, e))
     out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
     return out.transpose(0, 2, 1, 3, 4).reshape(b, l, h, e)
+
+
+KEYS_MAJOR_ROWS = 8
+
+
+def _scores(rows: jax.Array, k: jax.Array) -> jax.Array:
+    """float32 scores [B, K, Q, S] of query rows [B, K, Q, E] against keys [B, K, S, E].
+
+    On CPU, up to `KEYS_MAJOR_ROWS` query rows (a decode step's heads of one kv head) are
+    scored keys-major, as [B, K, S, Q] then transposed: XLA:CPU streams the keys through that
+    matmul about twice as fast (batch 8, 2 kv heads, 4 rows, 4096 slots: 1.9 vs 4.4 ms per
+    layer); with 16 rows the two are even. The barrier keeps XLA from folding the transpose
+    back into the matmul.
+    """
+    if rows.shape[2] > KEYS_MAJOR_ROWS or jax.default_backend() != "cpu":
+        return jnp.einsum("bkqe,bkse->bkqs", rows, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("bkse,bkqe->bksq", k, rows, preferred_element_type=jnp.float32)
+    return jax.lax.optimization_barrier(scores).swapaxes(2, 3)
 
 
 def full_attention(cfg: QwenConfig, h, w, cos, sin, q_slots, valid, cache_kv, layer, length):
