@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models import qwen
-from models.qwen.sampler import generate, sampling_params
+from models.qwen.sampler import first_max, generate, sampling_params
 from tests.models.test_qwen_parity import CONFIGS, TINY, randomise
 
 MAX_TOKENS = 8
@@ -172,6 +174,19 @@ def test_continuing_reuses_the_cache(tiny):
                                   np.asarray(fresh.tokens)[:, :4])
     np.testing.assert_allclose(np.asarray(second.logprobs)[:, :4],
                                np.asarray(fresh.logprobs)[:, :4], atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.3, 1.0]))
+def test_first_max_is_argmax(seed, nan_share):
+    """Ties (few distinct values) go to the first index, a NaN wins as in `jnp.argmax`."""
+    rng = np.random.default_rng(seed)
+    logits = rng.integers(-3, 3, (4, 50)).astype(np.float32)
+    logits[rng.random((4, 50)) < nan_share * rng.random((4, 1))] = np.nan
+    logits = jnp.asarray(logits)
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    np.testing.assert_array_equal(np.asarray(first_max(logits, top)),
+                                  np.asarray(jnp.argmax(logits, axis=-1)))
 
 
 def test_sampled_tokens_follow_the_truncated_softmax():
