@@ -5,6 +5,7 @@ from models.qwen.checkpoint import load, read_config, save
 from models.qwen.config import QwenConfig, from_hf_config, to_hf_config
 from models.qwen.model import (
     Cache,
+    check_token_ids,
     forward,
     init_cache,
     lm_head,
@@ -18,6 +19,7 @@ __all__ = [
     "Cache",
     "QwenConfig",
     "abstract",
+    "check_token_ids",
     "describe",
     "forward",
     "from_hf_config",

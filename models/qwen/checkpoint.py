@@ -170,7 +170,8 @@ def load(folder: str | Path, dtype=jnp.float32,
 
     Raises:
       FileNotFoundError: missing folder, config or weights file.
-      ValueError: a missing tensor or a shape mismatch, naming the tensor and its file.
+      ValueError: a missing tensor, a shape mismatch or a non-float tensor, naming the tensor
+        and its file; an unsupported target `dtype`.
     """
     folder = Path(folder)
     cfg = read_config(folder)
@@ -195,6 +196,9 @@ def load(folder: str | Path, dtype=jnp.float32,
 
 
 def _checked(file: Path, name: str, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if not np.issubdtype(x.dtype, np.floating) and x.dtype.name != "bfloat16":
+        raise ValueError(f"{file.name}: tensor {name!r} has dtype {x.dtype}; only floating "
+                         "point weights can be loaded (quantized checkpoints are not supported)")
     if tuple(x.shape) != shape:
         raise ValueError(f"{file.name}: tensor {name!r} has shape {tuple(x.shape)}, "
                          f"expected {shape}")

@@ -45,6 +45,24 @@ class Cache(NamedTuple):
     state: jax.Array  # float32 [n_linear, B, value_heads, key_dim, value_dim]
 
 
+@jax.jit
+def _id_range(tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return jnp.min(tokens), jnp.max(tokens)
+
+
+def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
+    """Raises ValueError when concrete token ids [...] fall outside [0, vocab_size): the
+    embedding lookup would clamp them silently. Does nothing to traced arrays (under jit);
+    the entry points that take host data call it before tracing."""
+    if isinstance(tokens, jax.core.Tracer) or jnp.size(tokens) == 0:
+        return
+    with jax.ensure_compile_time_eval():  # concrete ids inside, e.g., a grad of the params
+        low, high = (int(x) for x in _id_range(tokens))
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name}: token ids span [{low}, {high}], outside the vocabulary "
+                         f"[0, {vocab_size})")
+
+
 def init_cache(cfg: QwenConfig, batch: int, max_len: int, dtype=jnp.float32) -> Cache:
     """An empty cache of `max_len` slots."""
     kv = (cfg.num_full, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
@@ -363,7 +381,12 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     Returns:
       (float32 logits [B, L, V] (or the hidden states, see `hidden_only`), the cache with
       these tokens written, or None).
+
+    Raises:
+      ValueError: concrete `tokens` outside the vocabulary (`check_token_ids`), or more
+        tokens than the cache has slots.
     """
+    check_token_ids(tokens, cfg.vocab_size)
     batch, l = tokens.shape
     if cache is not None and l > cache.valid.shape[1]:
         raise ValueError(f"tokens: {l} new tokens do not fit a cache of "

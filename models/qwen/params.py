@@ -37,13 +37,22 @@ class ArrayInfo:
 Description = dict  # {"embed": ArrayInfo, ..., "layers": {"q": ArrayInfo, ...}}
 
 
+PARAM_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+
+
 def describe(cfg: QwenConfig, dtype=jnp.float32) -> Description:
     """Every parameter of `cfg` as an ArrayInfo, in the nesting of the params pytree.
 
     `layers` holds what every layer has (norms, MLP), stacked over all layers; `attn` the full
     attention weights stacked over the full-attention layers; `linear` the Gated DeltaNet weights
     stacked over the linear-attention layers (Qwen3.5 only).
+
+    Raises:
+      ValueError: `dtype` is not one of `PARAM_DTYPES`.
     """
+    if jnp.dtype(dtype) not in [jnp.dtype(t) for t in PARAM_DTYPES]:
+        raise ValueError(f"dtype: parameters of dtype {jnp.dtype(dtype)} are not supported; "
+                         "use float32, bfloat16 or float16")
     n, d, f, v = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     norm_init = "zeros" if cfg.norm_plus_one else "ones"

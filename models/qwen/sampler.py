@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from models.qwen.config import QwenConfig
-from models.qwen.model import Cache, forward, unstack_layers
+from models.qwen.model import Cache, check_token_ids, forward, unstack_layers
 
 # XLA:CPU's YNNPACK fusions run the decode step's [B, D] x [D, N] matmuls at about two thirds of
 # the speed of its default dot (16 MLPs at batch 8: 9.5 vs 6.5 ms; a 55M Qwen3 decode step: 15.5
@@ -135,14 +135,12 @@ class _Loop(NamedTuple):
     key: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_tokens"), donate_argnames=("cache",),
-                   compiler_options=DECODE_COMPILER_OPTIONS)
-def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
-             cache: Cache, key: jax.Array, *, max_tokens: int,
-             max_new_tokens: jax.Array, stop_tokens: jax.Array,
-             temperature: jax.Array = 1.0, top_k: jax.Array = 0, top_p: jax.Array = 1.0,
-             pad_id: int | jax.Array = 0) -> Sampled:
+def generate(params, cfg: QwenConfig, prompt: jax.Array, *args, **kwargs) -> Sampled:
     """Samples continuations of a left-padded batch of prompts.
+
+    `generate(params, cfg, prompt, prompt_positions, cache, key, *, max_tokens,
+    max_new_tokens, stop_tokens, temperature=1.0, top_k=0, top_p=1.0, pad_id=0)`: checks the
+    prompt's token ids (`check_token_ids`), then runs `compiled_generate`.
 
     Args:
       params, cfg: the model (params as loaded, or `sampling_params` of them).
@@ -161,12 +159,28 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
     Returns:
       Sampled.
 
+    Raises:
+      ValueError: prompt ids outside the vocabulary, or a cache without room for the prompt
+        and `max_tokens`.
+
     On CPU the layers and the kv cache run unstacked (see `sampling_params`; params not yet
     prepared are prepared in every call, about the cost of one decode step, and the kv cache is
     split into per-layer arrays and stacked again): XLA:CPU would otherwise copy each layer's
     weights and keys and values out of the stacked arrays at every step. The returned cache is
     stacked.
     """
+    check_token_ids(prompt, cfg.vocab_size, "prompt")
+    return compiled_generate(params, cfg, prompt, *args, **kwargs)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "max_tokens"), donate_argnames=("cache",),
+                   compiler_options=DECODE_COMPILER_OPTIONS)
+def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
+                      cache: Cache, key: jax.Array, *, max_tokens: int,
+                      max_new_tokens: jax.Array, stop_tokens: jax.Array,
+                      temperature: jax.Array = 1.0, top_k: jax.Array = 0,
+                      top_p: jax.Array = 1.0, pad_id: int | jax.Array = 0) -> Sampled:
+    """`generate` compiled, without the host-side check of the prompt (see `generate`)."""
     per_layer = jax.default_backend() == "cpu"
     params = sampling_params(params, cfg)
     if per_layer:

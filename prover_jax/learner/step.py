@@ -32,7 +32,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from models.qwen.config import QwenConfig
-from models.qwen.model import forward, lm_head
+from models.qwen.model import check_token_ids, forward, lm_head
 from models.qwen.params import abstract
 from models.qwen.sharding import LEARNER_RULES, Rules, make_mesh, param_shardings
 from prover_jax.batch import Batch, validate
@@ -422,7 +422,11 @@ class Learner:
         The state is donated (do not reuse the one passed in). The LM head runs on the trained
         tokens only, in `head_positions(batch, cfg.head_buckets)` slots per row: one compiled
         step per bucket.
+
+        Raises:
+          ValueError: concrete token ids outside the model's vocabulary.
         """
+        check_token_ids(batch.batch.tokens, self.model_cfg.vocab_size, "batch.tokens")
         positions = head_positions(batch, self.cfg.head_buckets)
         return self._train_step(positions)(state, batch)
 

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
 
 from models import qwen
+from models.qwen.sampler import generate
 
 TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
@@ -298,9 +300,32 @@ def test_bad_checkpoints_name_the_problem(tiny, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(bigger))
     with pytest.raises(ValueError, match=r"mlp.gate_proj.weight' has shape \(96, 64\)"):
         qwen.load(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(qwen.to_hf_config(cfg)))
+    with pytest.raises(ValueError, match="dtype: parameters of dtype int32 are not supported"):
+        qwen.load(tmp_path, jnp.int32)
+    tensors = load_file(tmp_path / "model.safetensors")
+    name = next(n for n in tensors if n.endswith("mlp.up_proj.weight"))
+    save_file({**tensors, name: tensors[name].astype(np.int8)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=f"{name}' has dtype int8"):
+        qwen.load(tmp_path)
     (tmp_path / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match=r"no model\.safetensors"):
         qwen.load(tmp_path)
+
+
+def test_token_ids_outside_the_vocabulary_are_errors(tiny):
+    _, cfg, params, _ = tiny
+    positions = np.arange(3, dtype=np.int32)[None]
+    for bad in (cfg.vocab_size, -1):
+        tokens = np.array([[1, bad, 2]], np.int32)
+        with pytest.raises(ValueError, match=rf"tokens: token ids span \[{min(bad, 1)}, "):
+            qwen.forward(params, cfg, tokens, positions)
+        with pytest.raises(ValueError, match="prompt: token ids span"):
+            generate(params, cfg, tokens, positions, qwen.init_cache(cfg, 1, 8),
+                     jax.random.key(0), max_tokens=4, max_new_tokens=jnp.int32(4),
+                     stop_tokens=jnp.array([-1], jnp.int32))
+    ok = np.array([[0, cfg.vocab_size - 1, 2]], np.int32)
+    assert qwen.forward(params, cfg, ok, positions)[0].shape == (1, 3, cfg.vocab_size)
 
 
 def test_attention_equals_numpy():

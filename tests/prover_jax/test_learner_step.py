@@ -281,6 +281,11 @@ def test_bad_inputs_are_value_errors(single, batches):
     with pytest.raises(ValueError, match="micro_batches=4"):
         Learner(CFG, dataclasses.replace(FP32, micro_batches=4)).train_step(
             Learner(CFG, dataclasses.replace(FP32, micro_batches=4)).init(init_params()), uneven)
+    outside = batch.batch.tokens.copy()
+    outside[1, 3] = CFG.vocab_size
+    with pytest.raises(ValueError, match=rf"batch.tokens: token ids span \[0, {CFG.vocab_size}\]"):
+        single.train_step(state, dataclasses.replace(
+            batch, batch=dataclasses.replace(batch.batch, tokens=outside)))
     validate_train_batch(batch, FP32)
     first = dataclasses.replace(batch, batch=dataclasses.replace(
         batch.batch, loss_mask=batch.batch.loss_mask.copy(), turn_ids=batch.batch.turn_ids.copy()))
