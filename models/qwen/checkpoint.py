@@ -230,7 +230,13 @@ def _read_params(cfg: QwenConfig, dtype, prefix: str, read, place):
 
 
 def save(folder: str | Path, cfg: QwenConfig, params) -> None:
-    """Writes `config.json` and `model.safetensors` in the Hugging Face (text model) layout."""
+    """Writes `config.json` and `model.safetensors` in the Hugging Face (text model) layout.
+
+    Raises:
+      ValueError: params in a per-layer layout (`unstack_layers`, `sampler.sampling_params`).
+    """
+    if any(isinstance(params.get(group), tuple) for group in ("layers", "attn", "linear")):
+        raise ValueError("params: per-layer (unstacked) layout; save the params as loaded")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}

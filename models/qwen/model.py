@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models.qwen.config import FULL, QwenConfig
 from models.qwen.deltanet import gated_deltanet
@@ -52,12 +53,17 @@ def _id_range(tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def check_token_ids(tokens, vocab_size: int, name: str = "tokens") -> None:
     """Raises ValueError when concrete token ids [...] fall outside [0, vocab_size): the
-    embedding lookup would clamp them silently. Does nothing to traced arrays (under jit);
-    the entry points that take host data call it before tracing."""
-    if isinstance(tokens, jax.core.Tracer) or jnp.size(tokens) == 0:
+    embedding lookup would clamp them silently. Host arrays are checked on the host, in their
+    own integer type; device arrays by a jitted reduction. Does nothing to traced arrays
+    (under jit): `forward`, `generate` and `Learner` call it where their inputs arrive."""
+    if isinstance(tokens, jax.core.Tracer) or np.size(tokens) == 0:
         return
-    with jax.ensure_compile_time_eval():  # concrete ids inside, e.g., a grad of the params
-        low, high = (int(x) for x in _id_range(tokens))
+    if isinstance(tokens, jax.Array):
+        with jax.ensure_compile_time_eval():  # concrete ids inside, e.g., a grad of the params
+            low, high = (int(x) for x in _id_range(tokens))
+    else:
+        ids = np.asarray(tokens)
+        low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name}: token ids span [{low}, {high}], outside the vocabulary "
                          f"[0, {vocab_size})")

@@ -41,6 +41,9 @@ def sampling_params(params, cfg: QwenConfig):
     XLA:CPU runs a decode step's [B, D] x [D, V] matmul against the [V, D] embedding ~5x slower
     than against a [D, V] array (a 55M tied Qwen3 at batch 8: 33 ms per step vs 13 ms). Other
     backends: the params as they are.
+
+    For sampling only: the copies do not follow later changes to the params, gradients would
+    reach the head's copy instead of the embedding, and `save` refuses the layout.
     """
     if jax.default_backend() != "cpu":
         return params
@@ -135,12 +138,15 @@ class _Loop(NamedTuple):
     key: jax.Array
 
 
-def generate(params, cfg: QwenConfig, prompt: jax.Array, *args, **kwargs) -> Sampled:
+def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
+             cache: Cache, key: jax.Array, *, max_tokens: int,
+             max_new_tokens: jax.Array, stop_tokens: jax.Array,
+             temperature: jax.Array = 1.0, top_k: jax.Array = 0, top_p: jax.Array = 1.0,
+             pad_id: int | jax.Array = 0) -> Sampled:
     """Samples continuations of a left-padded batch of prompts.
 
-    `generate(params, cfg, prompt, prompt_positions, cache, key, *, max_tokens,
-    max_new_tokens, stop_tokens, temperature=1.0, top_k=0, top_p=1.0, pad_id=0)`: checks the
-    prompt's token ids (`check_token_ids`), then runs `compiled_generate`.
+    Checks the prompt's token ids (`check_token_ids`), then runs `compiled_generate`, the
+    jitted program (its `lower`, `trace` and cache are there).
 
     Args:
       params, cfg: the model (params as loaded, or `sampling_params` of them).
@@ -170,7 +176,10 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, *args, **kwargs) -> Sam
     stacked.
     """
     check_token_ids(prompt, cfg.vocab_size, "prompt")
-    return compiled_generate(params, cfg, prompt, *args, **kwargs)
+    return compiled_generate(params, cfg, prompt, prompt_positions, cache, key,
+                             max_tokens=max_tokens, max_new_tokens=max_new_tokens,
+                             stop_tokens=stop_tokens, temperature=temperature, top_k=top_k,
+                             top_p=top_p, pad_id=pad_id)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_tokens"), donate_argnames=("cache",),

@@ -394,7 +394,6 @@ class Learner:
     """A model, a LearnerConfig and a mesh, with the compiled step and log-probability functions.
 
     Attributes:
-      logprobs: jitted `(params, tokens [B, L]) -> float32 [B, L]` (`policy_logprobs`).
       optimizer: the optax transformation.
       mesh: the mesh (one device when none is given).
       state_shardings: TrainState of NamedShardings.
@@ -412,8 +411,17 @@ class Learner:
         self.optimizer = compiled.optimizer
         self.state_shardings = compiled.state_shardings
         self._train_step = compiled.train_step
-        self.logprobs = compiled.logprobs
+        self._logprobs = compiled.logprobs
         self._fresh_state = compiled.fresh_state
+
+    def logprobs(self, params, tokens: jax.Array) -> jax.Array:
+        """Jitted `policy_logprobs`: `(params, tokens [B, L]) -> float32 [B, L]`.
+
+        Raises:
+          ValueError: concrete token ids outside the model's vocabulary.
+        """
+        check_token_ids(tokens, self.model_cfg.vocab_size)
+        return self._logprobs(params, tokens)
 
     def train_step(self, state: TrainState, batch: TrainBatch
                    ) -> tuple[TrainState, dict[str, jax.Array]]:

@@ -326,6 +326,13 @@ def test_token_ids_outside_the_vocabulary_are_errors(tiny):
                      stop_tokens=jnp.array([-1], jnp.int32))
     ok = np.array([[0, cfg.vocab_size - 1, 2]], np.int32)
     assert qwen.forward(params, cfg, ok, positions)[0].shape == (1, 3, cfg.vocab_size)
+    qwen.check_token_ids(jnp.asarray(ok), cfg.vocab_size)  # device arrays are checked too
+    with pytest.raises(ValueError, match="tokens: token ids span"):
+        qwen.check_token_ids(jnp.asarray(ok) + 1, cfg.vocab_size)
+    wide = np.array([[1, 2**32 + 1]], np.int64)  # not narrowed to int32 before the check
+    with pytest.raises(ValueError, match=r"ids: token ids span \[1, 4294967297\]"):
+        qwen.check_token_ids(wide, cfg.vocab_size, "ids")
+    qwen.check_token_ids(np.zeros((2, 0), np.int32), cfg.vocab_size)
 
 
 def test_attention_equals_numpy():

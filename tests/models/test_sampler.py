@@ -61,16 +61,22 @@ def test_greedy_equals_transformers_generate(tiny):
     assert np.asarray(out.lengths).tolist() == [MAX_TOKENS] * 3
 
 
-def test_prepared_params_sample_what_the_loaded_ones_do(tiny):
+def test_prepared_params_are_per_layer_copies_on_cpu(tiny, tmp_path):
     _, cfg, params = tiny
     prepared = sampling_params(params, cfg)
-    assert isinstance(prepared["layers"], tuple)  # the CPU layout, not the params themselves
     assert sampling_params(prepared, cfg) is prepared
-    tokens, mask = prompts(cfg)
-    loaded, ready = (run(p, cfg, tokens, mask, key=3) for p in (params, prepared))
-    np.testing.assert_array_equal(np.asarray(ready.tokens), np.asarray(loaded.tokens))
-    np.testing.assert_allclose(np.asarray(ready.logprobs), np.asarray(loaded.logprobs),
-                               atol=1e-6)
+    if jax.default_backend() != "cpu":
+        assert prepared is params
+        return
+    for group in ("layers", "attn", "linear"):
+        if group not in params:
+            continue
+        assert len(prepared[group]) == len(jax.tree.leaves(params[group])[0])
+        for i, layer in enumerate(prepared[group]):
+            for name, leaf in layer.items():
+                np.testing.assert_array_equal(np.asarray(leaf), np.asarray(params[group][name][i]))
+    with pytest.raises(ValueError, match="per-layer"):
+        qwen.save(tmp_path, cfg, prepared)
 
 
 def test_tied_embeddings_sample_through_a_copied_head(tmp_path):
@@ -80,7 +86,10 @@ def test_tied_embeddings_sample_through_a_copied_head(tmp_path):
     model.save_pretrained(tmp_path)
     cfg, params = qwen.load(tmp_path)
     prepared = sampling_params(params, cfg)
-    np.testing.assert_array_equal(np.asarray(prepared["lm_head"]), np.asarray(params["embed"]).T)
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(np.asarray(prepared["lm_head"]),
+                                      np.asarray(params["embed"]).T)
+        assert qwen.lm_head(prepared, cfg) is prepared["lm_head"]
     tokens, mask = prompts(cfg)
     with torch.no_grad():
         expected = model.generate(torch.tensor(tokens.astype(np.int64)),
@@ -179,9 +188,12 @@ def test_continuing_reuses_the_cache(tiny):
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.3, 1.0]))
 def test_first_max_is_argmax(seed, nan_share):
-    """Ties (few distinct values) go to the first index, a NaN wins as in `jnp.argmax`."""
+    """Ties (few distinct values, -inf among them) go to the first index, a NaN wins, as in
+    `jnp.argmax`."""
     rng = np.random.default_rng(seed)
     logits = rng.integers(-3, 3, (4, 50)).astype(np.float32)
+    logits[logits == -3] = -np.inf
+    logits[3] = -np.inf if seed % 2 else logits[3]  # a row without a finite entry
     logits[rng.random((4, 50)) < nan_share * rng.random((4, 1))] = np.nan
     logits = jnp.asarray(logits)
     top = jnp.max(logits, axis=-1, keepdims=True)

@@ -286,6 +286,8 @@ def test_bad_inputs_are_value_errors(single, batches):
     with pytest.raises(ValueError, match=rf"batch.tokens: token ids span \[0, {CFG.vocab_size}\]"):
         single.train_step(state, dataclasses.replace(
             batch, batch=dataclasses.replace(batch.batch, tokens=outside)))
+    with pytest.raises(ValueError, match="tokens: token ids span"):
+        single.logprobs(state.params, outside)
     validate_train_batch(batch, FP32)
     first = dataclasses.replace(batch, batch=dataclasses.replace(
         batch.batch, loss_mask=batch.batch.loss_mask.copy(), turn_ids=batch.batch.turn_ids.copy()))
