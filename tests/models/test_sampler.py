@@ -40,12 +40,17 @@ def prompts(cfg, seed=0):
     return np.where(mask, tokens, 0).astype(np.int32), mask
 
 
+# every knob an array, so runs that differ only in their values share one compiled program
+KNOBS = dict(temperature=jnp.float32(1.0), top_k=jnp.int32(0), top_p=jnp.float32(1.0))
+
+
 def run(params, cfg, tokens, mask, key=0, budget=MAX_TOKENS, stop=(-1,), **knobs):
-    cache = qwen.init_cache(cfg, tokens.shape[0], tokens.shape[1] + MAX_TOKENS + 8)
+    # room for a continuation too (test_continuing_reuses_the_cache)
+    cache = qwen.init_cache(cfg, tokens.shape[0], tokens.shape[1] + 2 * MAX_TOKENS + 8)
     return generate(params, cfg, tokens, qwen.positions_from_mask(mask), cache,
                     jax.random.key(key), max_tokens=MAX_TOKENS,
                     max_new_tokens=jnp.int32(budget), stop_tokens=jnp.array(stop, jnp.int32),
-                    **knobs)
+                    **{**KNOBS, **knobs})
 
 
 def test_greedy_equals_transformers_generate(tiny):
@@ -166,15 +171,13 @@ def test_top_k_one_and_tiny_top_p_are_greedy(tiny):
 def test_continuing_reuses_the_cache(tiny):
     _, cfg, params = tiny
     tokens, mask = prompts(cfg, seed=2)
-    cache = qwen.init_cache(cfg, 3, 64)
-    first = generate(params, cfg, tokens, qwen.positions_from_mask(mask), cache,
-                     jax.random.key(1), max_tokens=MAX_TOKENS, max_new_tokens=jnp.int32(4),
-                     stop_tokens=jnp.array([-1], jnp.int32), temperature=jnp.float32(0.0))
+    first = run(params, cfg, tokens, mask, key=1, budget=4, temperature=jnp.float32(0.0))
     observation = np.random.default_rng(4).integers(1, cfg.vocab_size, (3, 3)).astype(np.int32)
     obs_pos = (np.asarray(first.next_positions)[:, None] + np.arange(3)).astype(np.int32)
     second = generate(params, cfg, observation, obs_pos, first.cache, jax.random.key(2),
                       max_tokens=MAX_TOKENS, max_new_tokens=jnp.int32(4),
-                      stop_tokens=jnp.array([-1], jnp.int32), temperature=jnp.float32(0.0))
+                      stop_tokens=jnp.array([-1], jnp.int32),
+                      **{**KNOBS, "temperature": jnp.float32(0.0)})
     # the same conversation rendered in one piece, greedy from scratch
     whole = np.concatenate([tokens, np.asarray(first.tokens)[:, :4], observation], axis=1)
     whole_mask = np.concatenate([mask, np.ones((3, 7), bool)], axis=1)
