@@ -39,7 +39,7 @@ def sampling_params(params, cfg: QwenConfig):
     On CPU: every layer's weights as separate arrays (`unstack_layers`) and, when the model ties
     its embeddings, the LM head as its own [D, V] array (a transposed copy of the embedding):
     XLA:CPU runs a decode step's [B, D] x [D, V] matmul against the [V, D] embedding ~5x slower
-    than against a [D, V] array (a 55M tied Qwen3 at batch 8: 33 ms per step vs 13 ms). Other
+    than against a [D, V] array (a 55M tied Qwen3 at batch 8: 33 ms per step vs 14 ms). Other
     backends: the params as they are.
 
     For sampling only: the copies do not follow later changes to the params, gradients would
@@ -97,8 +97,9 @@ def first_max(logits: jax.Array, top: jax.Array) -> jax.Array:
     """`jnp.argmax` of float32 logits [B, V] given their row maxima top [B, 1]: the first index
     holding the maximum (or the first NaN); int32 [B].
 
-    One fused pass over the logits; XLA:CPU's argmax (a two-output reduction) took ~4x longer
-    on [8, 32000].
+    One fused pass over the logits, where `jnp.argmax` is a two-output reduction: a greedy
+    `sample_token` on [8, 32000] logits took 1.42 ms per call with `jnp.argmax` on CPU, 0.33 ms
+    with this (together with the log-probability computed without materialising logits / T).
     """
     index = jnp.arange(logits.shape[-1], dtype=jnp.int32)
     hit = (logits == top) | jnp.isnan(logits)
