@@ -111,6 +111,16 @@ class Env(abc.ABC):
         """Every task of ``split``, in index order."""
         return [Task(self.name, split, i) for i in range(self.num_tasks(split))]
 
+    def check_action(self, action: Any) -> None:
+        """Raises TypeError unless ``action`` is text; every ``step`` calls it first.
+
+        Any text is an action (a malformed one is rejected by the environment, not raised), but
+        a non-string is a bug in the caller.
+        """
+        if not isinstance(action, str):
+            raise TypeError(f"{self.name}: an action is a str, got {type(action).__name__} "
+                            f"{action!r:.80}")
+
     def check_task(self, task: Task) -> None:
         """Raises ValueError unless ``task`` belongs to this environment and exists."""
         if not isinstance(task, Task):

@@ -6,29 +6,75 @@ trip per worker, and workers run in parallel. After every reset, step and restor
 returns each slot's snapshot with its result; the pool keeps the latest one, so
 :meth:`EnvPool.snapshot` needs no round trip.
 
-Crash recovery: when a worker dies (killed, out of memory) or stops answering within
-``timeout`` seconds, the pool starts a new one, restores its slots from their latest snapshots
-and sends the interrupted request again. Because a snapshot is taken only after a completed
-request, and restoring it replays identically, no step is lost or applied twice. A worker that
-dies ``max_restarts`` times on the same request is a bug, not bad luck: the pool raises.
+A worker announces itself once it has imported everything and built its slots' environments;
+until then it is *starting*, and only ``start_timeout`` applies. A started worker that stops
+answering a request within ``timeout`` seconds is *hung*; one whose process exits is *dead*.
+Either way the pool starts a replacement and sends it the lost slots' latest snapshots together
+with the interrupted request, so no step is lost or applied twice (a snapshot is taken only
+after a completed request, and restoring it replays identically). A replacement that itself
+dies, hangs or is slow to start is one more restart of the same request; after
+``max_restarts`` of them the request is a bug, not bad luck, and the pool raises, listing every
+loss. A worker that fails while starting with a Python error (the spawned process re-imports
+the main script, and that script raised) is not restarted: the error names the cause and
+carries the worker's own traceback.
 
 Workers start with the ``spawn`` method by default (safe when the parent runs JAX threads) and
 exit when the parent closes the pool or dies (their pipe closes), so no process is orphaned.
+Under ``spawn`` every worker imports the main module again: a script that creates a pool must do
+so under ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
+import os
 import random
+import sys
+import tempfile
 import traceback
+import uuid
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from envs.base import Env, Step, Task, make
 
 QUERIES = ("admissible", "expert_action", "instruction")
+_WORKER_NAME = "EnvPool-worker-"
+
+
+def _start_error_path(process_name: str) -> str:
+    """Where a worker that fails while importing the main module leaves its traceback."""
+    return os.path.join(tempfile.gettempdir(), f"{process_name}.err")
+
+
+def _bootstrapping() -> bool:
+    """True in a spawned worker that is still importing the parent's main module."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _record_start_errors() -> None:
+    """In a starting worker, keeps the traceback of an uncaught error for the parent to read.
+
+    Such an error happens before the worker has its pipe (the main module is imported first),
+    so it goes to a file named after the worker process.
+    """
+    name = multiprocessing.current_process().name
+    if not (_bootstrapping() and name.startswith(_WORKER_NAME)):
+        return
+    previous = sys.excepthook
+
+    def record(kind, value, tb):
+        with contextlib.suppress(OSError), open(_start_error_path(name), "w") as out:
+            out.write("".join(traceback.format_exception(kind, value, tb)))
+        previous(kind, value, tb)
+
+    sys.excepthook = record
+
+
+_record_start_errors()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,28 +91,36 @@ class _Factory:
         return make(self.name, **dict(self.config))
 
 
-def _serve(connection, factory: _Factory) -> None:
-    """A worker's loop: one request in, one reply out, until told to stop or orphaned."""
-    envs: dict[int, Env] = {}
+def _serve(connection, factory: _Factory, slots: tuple[int, ...]) -> None:
+    """A worker's loop: one request in, one reply out, until told to stop or orphaned.
+
+    The environments of all the worker's slots are built before it says it is ready, so a
+    request's timeout never covers the imports and indexes that building them takes.
+    """
+    try:
+        envs = {slot: factory() for slot in slots}
+    except Exception:
+        connection.send(("error", traceback.format_exc()))
+        return
+    connection.send(("ready", None))
     while True:
         try:
-            op, items = connection.recv()
+            op, items, restores = connection.recv()
         except (EOFError, OSError):
             return
         if op == "close":
             return
         try:
-            reply = [_apply(envs, factory, op, slot, arg) for slot, arg in items]
+            for slot, state in restores:
+                envs[slot].restore(state)
+            reply = [_apply(envs[slot], op, arg) for slot, arg in items]
         except Exception:
             connection.send(("error", traceback.format_exc()))
             continue
         connection.send(("ok", reply))
 
 
-def _apply(envs: dict[int, Env], factory: _Factory, op: str, slot: int, arg: Any):
-    if slot not in envs:
-        envs[slot] = factory()
-    env = envs[slot]
+def _apply(env: Env, op: str, arg: Any):
     if op == "reset":
         return env.reset(arg), env.snapshot()
     if op == "step":
@@ -85,10 +139,20 @@ def _apply(envs: dict[int, Env], factory: _Factory, op: str, slot: int, arg: Any
 class _Worker:
     process: multiprocessing.process.BaseProcess
     connection: multiprocessing.connection.Connection
+    started: bool = False  # it said "ready"
+    replaced: bool = False  # it replaces a lost worker and has not completed a request yet
 
 
 class WorkerError(RuntimeError):
     """An environment raised inside a worker; the message carries the worker's traceback."""
+
+
+class WorkerStartError(RuntimeError):
+    """A worker process failed before it could serve; the message carries its traceback."""
+
+
+class _Lost(Exception):
+    """A worker died or hung; the message says which and how."""
 
 
 class EnvPool:
@@ -99,17 +163,28 @@ class EnvPool:
             picklable zero-argument callable that returns an :class:`envs.base.Env`.
         num_slots: how many environment instances (episodes in flight) the pool holds.
         num_workers: worker processes; slot ``s`` lives in worker ``s % num_workers``.
-        timeout: seconds a worker may take for one request before it is declared hung.
-        max_restarts: crashes of the same request after which the pool gives up.
+        timeout: seconds a started worker may take for one request before it is declared hung.
+        start_timeout: seconds a new worker may take to import and build its environments.
+        max_restarts: replacements of one worker for the same request after which the pool
+            gives up.
         start_method: a ``multiprocessing`` start method.
     """
 
     def __init__(self, env: str | Callable[[], Env], num_slots: int, num_workers: int = 2, *,
                  config: dict[str, Any] | None = None, timeout: float = 60.0,
-                 max_restarts: int = 3, start_method: str = "spawn"):
+                 start_timeout: float = 600.0, max_restarts: int = 3,
+                 start_method: str = "spawn"):
+        if _bootstrapping():
+            raise RuntimeError(
+                "EnvPool was created while a worker process imported the main module. Under the "
+                "'spawn' start method every worker re-imports the script that started it; create "
+                "the pool under `if __name__ == \"__main__\":`.")
         if num_slots < 1 or num_workers < 1:
             raise ValueError(f"need num_slots >= 1 and num_workers >= 1, got {num_slots}, "
                              f"{num_workers}")
+        if timeout <= 0 or start_timeout <= 0 or max_restarts < 0:
+            raise ValueError(f"need timeout > 0, start_timeout > 0 and max_restarts >= 0, got "
+                             f"{timeout}, {start_timeout}, {max_restarts}")
         if isinstance(env, str):
             self._factory = _Factory(env, tuple(sorted((config or {}).items())), None)
         else:
@@ -119,11 +194,13 @@ class EnvPool:
         self.num_slots = num_slots
         self.num_workers = min(num_workers, num_slots)
         self.timeout = timeout
+        self.start_timeout = start_timeout
         self.max_restarts = max_restarts
         self.restarts = 0
         self._context = multiprocessing.get_context(start_method)
         self._states: list[Hashable | None] = [None] * num_slots
-        self._workers = [self._start() for _ in range(self.num_workers)]
+        self._workers: list[_Worker] = []
+        self._workers = [self._start(w) for w in range(self.num_workers)]
 
     def reset(self, slots: Sequence[int], tasks: Sequence[Task]) -> list[str]:
         """Starts an episode of ``tasks[i]`` in ``slots[i]``; returns the first observations."""
@@ -162,16 +239,11 @@ class EnvPool:
     def close(self) -> None:
         """Stops every worker; waits briefly, then kills any that do not exit."""
         for worker in self._workers:
-            try:
-                worker.connection.send(("close", []))
-            except (OSError, ValueError):
-                pass
+            with contextlib.suppress(OSError, ValueError):
+                worker.connection.send(("close", [], []))
         for worker in self._workers:
             worker.process.join(timeout=5)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.connection.close()
+            self._stop(worker)
         self._workers = []
 
     def __enter__(self) -> EnvPool:
@@ -180,12 +252,26 @@ class EnvPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _start(self) -> _Worker:
+    def _slots_of(self, w: int) -> range:
+        return range(w, self.num_slots, self.num_workers)
+
+    def _start(self, w: int) -> _Worker:
         parent, child = self._context.Pipe()
-        process = self._context.Process(target=_serve, args=(child, self._factory), daemon=True)
+        name = f"{_WORKER_NAME}{os.getpid()}-{uuid.uuid4().hex}"
+        process = self._context.Process(target=_serve, name=name, daemon=True,
+                                        args=(child, self._factory, tuple(self._slots_of(w))))
         process.start()
         child.close()
         return _Worker(process, parent)
+
+    @staticmethod
+    def _stop(worker: _Worker) -> None:
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()
+        worker.connection.close()
+        with contextlib.suppress(OSError):
+            os.remove(_start_error_path(worker.process.name))
 
     def _check_slots(self, slots: Sequence[int]) -> None:
         bad = [s for s in slots if not 0 <= s < self.num_slots]
@@ -202,61 +288,74 @@ class EnvPool:
         for slot, arg in zip(slots, args):
             by_worker.setdefault(slot % self.num_workers, []).append((slot, arg))
         for w, items in by_worker.items():
-            self._send(w, (op, items))
+            self._send(w, op, items)
         results: dict[int, Any] = {}
         for w, items in by_worker.items():
-            reply = self._receive(w, (op, items))
+            reply = self._receive(w, op, items)
             for (slot, _), (result, state) in zip(items, reply):
                 if op in ("reset", "step", "restore"):
                     self._states[slot] = state
                 results[slot] = result
         return [results[s] for s in slots]
 
-    def _send(self, w: int, request) -> None:
-        try:
-            self._workers[w].connection.send(request)
-        except (OSError, ValueError):
-            pass  # the worker is gone; _receive notices and recovers
+    def _send(self, w: int, op: str, items: list[tuple[int, Any]]) -> None:
+        """Sends a request; a replacement worker first gets its slots' latest snapshots."""
+        worker = self._workers[w]
+        restores = ([(s, self._states[s]) for s in self._slots_of(w)
+                     if self._states[s] is not None] if worker.replaced else [])
+        with contextlib.suppress(OSError, ValueError):  # gone: _receive notices and recovers
+            worker.connection.send((op, items, restores))
 
-    def _receive(self, w: int, request) -> list:
+    def _receive(self, w: int, op: str, items: list[tuple[int, Any]]) -> list:
+        losses = []
         for attempt in range(self.max_restarts + 1):
-            worker = self._workers[w]
-            ready = multiprocessing.connection.wait(
-                [worker.connection, worker.process.sentinel], timeout=self.timeout)
-            if worker.connection in ready:
-                try:
-                    status, payload = worker.connection.recv()
-                except (EOFError, OSError):
-                    status, payload = "crashed", None
-                if status == "ok":
-                    return payload
-                if status == "error":
-                    raise WorkerError(f"environment error in worker {w}:\n{payload}")
-            self._replace(w)
-            if attempt < self.max_restarts:
-                self._send(w, request)
+            if attempt:
+                self._send(w, op, items)
+            try:
+                reply = self._reply(w)
+            except _Lost as lost:
+                losses.append(f"{lost}")
+                self._replace(w)
+                continue
+            self._workers[w].replaced = False
+            return reply
         raise RuntimeError(
-            f"worker {w} died {self.max_restarts + 1} times on the same {request[0]!r} request")
+            f"worker {w} was lost {len(losses)} times on the same {op!r} request, more than "
+            f"max_restarts={self.max_restarts}: " + "; ".join(losses))
+
+    def _reply(self, w: int) -> list:
+        """The worker's answer to the request in flight; raises _Lost if it dies or hangs."""
+        worker = self._workers[w]
+        if not worker.started:
+            status, payload = self._message(w, self.start_timeout, "starting")
+            if status == "error":
+                raise WorkerStartError(f"worker {w} could not build its environments:\n{payload}")
+            worker.started = True
+        status, payload = self._message(w, self.timeout, "serving")
+        if status == "error":
+            raise WorkerError(f"environment error in worker {w}:\n{payload}")
+        return payload
+
+    def _message(self, w: int, timeout: float, phase: str) -> tuple[str, Any]:
+        worker = self._workers[w]
+        ready = multiprocessing.connection.wait(
+            [worker.connection, worker.process.sentinel], timeout=timeout)
+        if worker.connection in ready:
+            with contextlib.suppress(EOFError, OSError):
+                return worker.connection.recv()
+        if not ready:
+            raise _Lost(f"hung while {phase} (no answer within {timeout:g} s)")
+        worker.process.join()
+        if phase == "starting":
+            with contextlib.suppress(OSError), open(_start_error_path(worker.process.name)) as f:
+                raise WorkerStartError(
+                    f"worker {w} failed while starting (exit code {worker.process.exitcode}); "
+                    f"its traceback:\n{f.read()}")
+        raise _Lost(f"died while {phase} (exit code {worker.process.exitcode})")
 
     def _replace(self, w: int) -> None:
-        """Kills worker ``w`` if still alive, starts another, restores its slots."""
-        old = self._workers[w]
-        if old.process.is_alive():
-            old.process.kill()
-        old.process.join()
-        old.connection.close()
+        """Kills worker ``w`` if still alive and starts another in its place."""
+        self._stop(self._workers[w])
         self.restarts += 1
-        self._workers[w] = self._start()
-        mine = [(s, self._states[s]) for s in range(w, self.num_slots, self.num_workers)
-                if self._states[s] is not None]
-        if not mine:
-            return
-        connection = self._workers[w].connection
-        self._send(w, ("restore", mine))
-        try:
-            status, payload = (connection.recv() if connection.poll(self.timeout)
-                               else ("error", "no reply"))
-        except (EOFError, OSError):
-            status, payload = "error", "the new worker died"
-        if status != "ok":
-            raise WorkerError(f"restoring the slots of replaced worker {w} failed:\n{payload}")
+        self._workers[w] = self._start(w)
+        self._workers[w].replaced = True

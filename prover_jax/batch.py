@@ -17,6 +17,7 @@ compiles its kernels for a handful of shapes only. `validate` checks a batch fro
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Sequence
 
 import jax
@@ -104,14 +105,24 @@ def bucket(n: int, minimum: int = 1) -> int:
     return 1 << (max(n, minimum) - 1).bit_length()
 
 
+def _check_token_ids(token_ids: Sequence[int], where: str) -> None:
+    ids = np.asarray(token_ids)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise ValueError(f"{where}: token_ids must be a flat sequence of integers, got "
+                         f"{ids.dtype} of shape {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"{where}: token ids must be in [0, 2**31), got {ids.min()}..{ids.max()}")
+
+
 def _check_trajectory(traj: Trajectory, where: str) -> int:
     """Validates one trajectory; returns its number of agent turns."""
-    if not np.isfinite(traj.reward):
-        raise ValueError(f"{where}: reward is {traj.reward}; rewards must be finite")
+    if not isinstance(traj.reward, numbers.Real) or not np.isfinite(traj.reward):
+        raise ValueError(f"{where}: reward must be a finite number, got {traj.reward!r}")
     turns = []
     for k, msg in enumerate(traj.messages):
         if msg.role not in ROLES:
             raise ValueError(f"{where}.messages[{k}]: unknown role {msg.role!r}; one of {ROLES}")
+        _check_token_ids(msg.token_ids, f"{where}.messages[{k}]")
         if msg.role == POLICY_ROLE:
             if msg.turn < 0:
                 raise ValueError(f"{where}.messages[{k}]: assistant message needs turn >= 0")
@@ -144,6 +155,12 @@ def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
     Returns:
       Batch with L and T bucketed to powers of two.
     """
+    if not groups:
+        raise ValueError("groups is empty: there is nothing to pack")
+    for name, value in (("min_len", min_len), ("min_turns", min_turns),
+                        ("row_multiple", row_multiple)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     rows: list[tuple[int, Trajectory, int]] = []
     for g, group in enumerate(groups):
         if not group:

@@ -4,6 +4,9 @@ Every public kernel calls `check_arrays` first. The checks run while JAX traces 
 they cost nothing at run time and fail before any compilation with a `ValueError` that says which
 argument is wrong, what was expected and what arrived.
 
+Public kernels are compiled with `kernel` instead of `jax.jit`: before tracing, it checks what
+only the caller's own values show (Python lists, integer arrays JAX would narrow with a wrap).
+
 Shape specs are strings of dimension letters (the glossary of SPEC.md §0: b rows, l tokens,
 t turns, m atoms, g trees, n tree nodes, s segments); a letter used twice must have the same size
 everywhere, a digit demands that exact size.
@@ -11,11 +14,16 @@ everywhere, a digit demands that exact size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+INT32 = np.iinfo(np.int32)
 
 _KIND_NAMES = {"b": "bool", "i": "an integer dtype", "f": "a floating dtype"}
 
@@ -73,3 +81,54 @@ def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
     """Raises a ValueError naming the option when `value` is not one of `choices`."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_int32_range(name: str, value: Any) -> None:
+    """Raises a ValueError naming `value` if its integers do not fit int32.
+
+    Without `jax_enable_x64`, JAX narrows int64 arrays to int32 by wrapping: ids of 2**32 + 1
+    and 1 would become the same group.
+    """
+    value = np.asarray(value)
+    if value.dtype.kind in "iu" and value.size and (
+            value.min() < INT32.min or value.max() > INT32.max):
+        raise ValueError(f"{name}: values {value.min()}..{value.max()} do not fit int32 "
+                         f"(JAX would silently wrap them)")
+
+
+def check_host_value(name: str, value: Any) -> None:
+    """Checks one argument of a kernel before tracing; tracers and scalars pass.
+
+    Raises:
+      ValueError: for a Python list or tuple (JAX would trace each element as a scalar of its
+        own), or a host integer array wider than 32 bits whose values do not fit int32 while
+        `jax_enable_x64` is off.
+    """
+    if isinstance(value, (list, tuple)):
+        raise ValueError(f"{name}: expected an array, got a Python {type(value).__name__}; "
+                         f"pass numpy.asarray(...)")
+    if (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.dtype.itemsize > 4
+            and not jax.config.jax_enable_x64):
+        check_int32_range(name, value)
+
+
+def kernel(fn: Callable | None = None, *, static_argnames: tuple[str, ...] = ()) -> Callable:
+    """`jax.jit` that first runs `check_host_value` on every non-static argument.
+
+    Use as `@kernel` or `@kernel(static_argnames=(...))`; the compiled function is the wrapper's
+    `jitted` attribute.
+    """
+    if fn is None:
+        return functools.partial(kernel, static_argnames=static_argnames)
+    jitted = jax.jit(fn, static_argnames=static_argnames)
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        for name, value in signature.bind(*args, **kwargs).arguments.items():
+            if name not in static_argnames:
+                check_host_value(name, value)
+        return jitted(*args, **kwargs)
+
+    checked.jitted = jitted
+    return checked

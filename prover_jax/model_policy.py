@@ -15,7 +15,6 @@ repeating its first prompt, so a rollout compiles ``generate`` only a few times.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import re
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ import numpy as np
 
 from models.qwen import QwenConfig, init_cache, positions_from_mask
 from models.qwen.chat import ACT_TOOL, END_OF_TURN, agent_messages
+from envs import json_text
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.rollout import Action, Episode, Policy
@@ -55,12 +55,13 @@ def parse_action(reply: str) -> str:
     """The ``action`` of the reply's first ``act`` tool call, else its text without thoughts."""
     for match in _TOOL_CALL.finditer(reply):
         try:
-            call = json.loads(match.group(1))
-        except json.JSONDecodeError:
+            call = json_text.loads(match.group(1))
+        except ValueError:
             continue
-        arguments = call.get("arguments") if isinstance(call, dict) else None
-        if call.get("name") == "act" and isinstance(arguments, dict) \
-                and isinstance(arguments.get("action"), str):
+        if not isinstance(call, dict) or call.get("name") != "act":
+            continue
+        arguments = call.get("arguments")
+        if isinstance(arguments, dict) and isinstance(arguments.get("action"), str):
             return arguments["action"]
     return _THINK.sub("", reply).strip()
 

@@ -24,13 +24,12 @@ lambda to 0, silently switching VICT off.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays, check_choice
+from prover_jax.checks import check_arrays, check_choice, kernel
 from prover_jax.credit.segments import dense_ids, masked_quantiles, segment_median
 from prover_jax.credit.tokens import per_turn
 
@@ -77,7 +76,7 @@ def has_edge(omega: jax.Array) -> jax.Array:
     return jnp.any(omega > 0, axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("center",))
+@kernel(static_argnames=("center",))
 def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
               group_ids: jax.Array, center: bool = False,
               eps: float | jax.Array = 1e-8) -> Normalised:
@@ -118,7 +117,7 @@ def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
     return Normalised(values.astype(jnp.float32), supported, too_few, zero_scale)
 
 
-@jax.jit
+@kernel
 def corrections(normalised: jax.Array, omega: jax.Array, z_eps: float | jax.Array = 1e-8
                 ) -> jax.Array:
     """Eq. 7: `A_vict[b, t] = sum_m dhat[b, m] * omega[b, t, m] / (sum_t omega[b, t, m] + z_eps)`.
@@ -140,16 +139,19 @@ def calibrate(base: jax.Array, vict: jax.Array, turn_valid: jax.Array,
               config: RedistributionConfig) -> tuple[jax.Array, jax.Array]:
     """Eq. 17: (lambda, c) from the per-turn base advantages and corrections, [B, T] each."""
     magnitude = jnp.abs(base)
-    base_turns = turn_valid if config.calibration == "all" else turn_valid & (magnitude > 0)
+    # Batch-wide constants come from finite values only, so a non-finite input stays in its
+    # own group instead of turning every row into NaN through lambda and c.
+    finite = turn_valid & jnp.isfinite(base)
+    base_turns = finite if config.calibration == "all" else finite & (magnitude > 0)
     base_median, clip = masked_quantiles(magnitude, base_turns, (0.5, config.clip_quantile))
-    vict_turns = turn_valid & (vict != 0)
+    vict_turns = turn_valid & (vict != 0) & jnp.isfinite(vict)
     (vict_median,) = masked_quantiles(jnp.abs(vict), vict_turns, (0.5,))
     lam = jnp.where(jnp.any(vict_turns),
                     config.gamma_lambda * base_median / (vict_median + config.lambda_eps), 0.0)
     return lam, clip
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
+@kernel(static_argnames=("config",))
 def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
                  omega: jax.Array, turn_valid: jax.Array, group_ids: jax.Array,
                  config: RedistributionConfig = RedistributionConfig()) -> Redistributed:
@@ -173,17 +175,17 @@ def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
         "turn_valid": (turn_valid, "b t", "b"), "group_ids": (group_ids, "b", "i"),
     })
     check_choice("calibration", config.calibration, ("nonzero", "all"))
-    base_bt = per_turn(base, turn_valid)
+    base_bt = per_turn(base, turn_valid, "base")
     omega = jnp.where(turn_valid[:, :, None], omega, 0.0)  # no witness on padding turns
     norm = normalise(marginals, eligible, omega, group_ids, config.center, config.norm_eps)
     vict = corrections(norm.values, omega, config.z_eps)
-    vict = jnp.where(turn_valid & (jnp.abs(vict) > config.zero_tol), vict, 0.0)
+    vict = jnp.where(turn_valid & ~(jnp.abs(vict) <= config.zero_tol), vict, 0.0)  # NaN stays
     lam, clip = calibrate(base_bt, vict, turn_valid, config)
     advantages = base_bt + lam * jnp.clip(vict, -clip, clip)
     return Redistributed(jnp.where(turn_valid, advantages, 0.0), vict, norm, lam, clip)
 
 
-@jax.jit
+@kernel
 def eligibility_violations(vict: jax.Array, normalised: jax.Array, eligible: jax.Array,
                            omega: jax.Array) -> jax.Array:
     """Counts turns that violate the eligibility invariant (VICT eq. 8); must be 0.

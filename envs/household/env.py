@@ -315,6 +315,7 @@ class Household(Env):
         return welcome(self._world)
 
     def step(self, action: str) -> Step:
+        self.check_action(action)
         state, world = self._running()
         new, text, valid = transition(world, state, action)
         won = goal_reached(world, new)

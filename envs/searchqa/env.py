@@ -117,6 +117,7 @@ class SearchQA(Env):
 
     def step(self, action: str) -> Step:
         """Applies one turn of agent text (see the module docstring)."""
+        self.check_action(action)
         state = self._running()
         parsed = parse_action(action)
         turn = state.turn + 1

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from envs import json_text
+
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _THINKING = re.compile(r"\A\s*<think>.*?</think>", re.DOTALL)
 FORMAT_HINT = ('Write one call as <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>, '
@@ -46,16 +48,16 @@ def parse(action: str) -> ToolCall | Message | Malformed:
     if match is None:
         return Message(action.strip())
     try:
-        call = json.loads(match.group(1))
-    except json.JSONDecodeError as error:
+        call = json_text.loads(match.group(1))
+    except ValueError as error:
         return Malformed(f"Error: the tool call is not valid JSON ({error}). {FORMAT_HINT}")
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return Malformed(f'Error: the tool call needs a string "name". {FORMAT_HINT}')
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = json_text.loads(arguments)
+        except ValueError:
             pass
     if not isinstance(arguments, dict):
         return Malformed(f'Error: the tool call\'s "arguments" must be a JSON object. '

@@ -49,6 +49,7 @@ class TauEnv(Env):
 
     def step(self, action: str) -> Step:
         """Applies one assistant message (a tool call or a message to the user)."""
+        self.check_action(action)
         self._state, step = transition(self._running(), action, self.user)
         return step
 

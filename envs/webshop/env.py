@@ -57,6 +57,7 @@ class WebShop(Env):
         return site.render(self._world, self._state)
 
     def step(self, action: str) -> Step:
+        self.check_action(action)
         state = self._running()
         moved = site.transition(self._world, state, action)
         new = (moved or state)._replace(turn=state.turn + 1)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays
+from prover_jax.checks import check_arrays, kernel
 from prover_jax.credit.segments import dense_ids
 from prover_jax.credit.tokens import per_turn
 
 
-@jax.jit
+@kernel
 def criticsearch(base: jax.Array, group_ids: jax.Array, turn_valid: jax.Array,
                  labels: jax.Array, labelled: jax.Array,
                  outcome_weight: float | jax.Array = 0.75,
@@ -46,4 +46,4 @@ def criticsearch(base: jax.Array, group_ids: jax.Array, turn_valid: jax.Array,
     row_ok = valid & (group_ok[jnp.minimum(ids, n - 1)] > 0)
     mixed = outcome_weight * base[:, None] + critic_weight * labels.astype(jnp.float32)
     use = row_ok[:, None] & (labels != 0)
-    return jnp.where(use & turn_valid, mixed, per_turn(base, turn_valid))
+    return jnp.where(use & turn_valid, mixed, per_turn(base, turn_valid, "base"))

@@ -26,7 +26,6 @@ padding by duplicated rows are trainer concerns and do not belong here.
 from __future__ import annotations
 
 import difflib
-import functools
 import itertools
 from collections.abc import Sequence
 from typing import Literal
@@ -35,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prover_jax.checks import check_arrays, check_choice
+from prover_jax.checks import check_arrays, check_choice, kernel
 from prover_jax.credit.segments import dense_ids, segment_stats
 
 Mode = Literal["mean_norm", "mean_std_norm"]
@@ -77,7 +76,7 @@ def _normalise(values, stats, mode: Mode, eps, singleton_std: float):
     return centred / (std + eps)
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "episode_stats"))
+@kernel(static_argnames=("mode", "episode_stats"))
 def episode_advantage(rewards: jax.Array, group_ids: jax.Array, turn_valid: jax.Array,
                       mode: Mode = "mean_norm", episode_stats: EpisodeStats = "per_trajectory",
                       eps: float | jax.Array = 1e-6) -> jax.Array:
@@ -102,7 +101,7 @@ def episode_advantage(rewards: jax.Array, group_ids: jax.Array, turn_valid: jax.
     return jnp.where(row_valid, _normalise(rewards, stats, mode, eps, singleton_std=1.0), 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "episode_stats"))
+@kernel(static_argnames=("mode", "episode_stats"))
 def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
           turn_valid: jax.Array, step_rewards: jax.Array | None = None,
           gamma: float | jax.Array = 0.95, omega: float | jax.Array = 1.0,

@@ -7,13 +7,12 @@ row of a group whose rewards are all equal (the mean is subtracted exactly, not 
 
 from __future__ import annotations
 
-import functools
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays, check_choice
+from prover_jax.checks import check_arrays, check_choice, kernel
 from prover_jax.credit.segments import dense_ids, segment_stats
 
 Scale = Literal["none", "std"]
@@ -26,7 +25,7 @@ def group_stats(rewards: jax.Array, group_ids: jax.Array):
     return valid, segment_stats(rewards.astype(jnp.float32), ids)
 
 
-@functools.partial(jax.jit, static_argnames=("scale",))
+@kernel(static_argnames=("scale",))
 def grpo(rewards: jax.Array, group_ids: jax.Array, scale: Scale = "none",
          eps: float | jax.Array = 1e-6) -> jax.Array:
     """GRPO advantage, ProVer eq. 1: `A_i = R_i - mean_{j in g(i)} R_j`.
@@ -52,7 +51,7 @@ def grpo(rewards: jax.Array, group_ids: jax.Array, scale: Scale = "none",
     return jnp.where(valid & ~stats.constant, adv, 0.0).astype(jnp.float32)
 
 
-@jax.jit
+@kernel
 def rloo(rewards: jax.Array, group_ids: jax.Array) -> jax.Array:
     """Leave-one-out advantage: `A_i = R_i - mean_{j in g(i), j != i} R_j`.
 

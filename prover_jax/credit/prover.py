@@ -10,11 +10,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays
+from prover_jax.checks import check_arrays, kernel
 from prover_jax.credit.tokens import per_turn
 
 
-@jax.jit
+@kernel
 def prover(base: jax.Array, turn_valid: jax.Array, seg_start: jax.Array, seg_end: jax.Array,
            delta: jax.Array, lam: float | jax.Array = 1.0) -> jax.Array:
     """`A[b, t] = A_base[b, t] + lam * max(delta[b], 0) * [seg_start[b] <= t <= seg_end[b]]`.
@@ -39,5 +39,5 @@ def prover(base: jax.Array, turn_valid: jax.Array, seg_start: jax.Array, seg_end
     })
     turns = jnp.arange(turn_valid.shape[1])[None, :]
     inside = (turns >= seg_start[:, None]) & (turns <= seg_end[:, None])
-    bonus = lam * jnp.maximum(delta, 0.0)[:, None] * inside
-    return jnp.where(turn_valid, per_turn(base, turn_valid) + bonus, 0.0)
+    bonus = jnp.where(inside, lam * jnp.maximum(delta, 0.0)[:, None], 0.0)
+    return jnp.where(turn_valid, per_turn(base, turn_valid, "base") + bonus, 0.0)

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from prover_jax.batch import Batch
-from prover_jax.checks import check_arrays
+from prover_jax.checks import check_arrays, check_int32_range
 from prover_jax.credit.criticsearch import criticsearch
 from prover_jax.credit.gigpo import episode_advantage, gigpo
 from prover_jax.credit.outcome import Scale, grpo, rloo
@@ -101,12 +101,10 @@ def get(name: str) -> CreditMethod:
     return _REGISTRY[name]
 
 
-INT32 = np.iinfo(np.int32)
-
-
 def check_inputs(method: CreditMethod, batch: Batch, inputs: Mapping[str, Any],
                  config: Any) -> None:
-    """Raises a ValueError naming any missing, unexpected, mis-shaped or out-of-range input."""
+    """Raises a ValueError naming any missing, unexpected, mis-shaped, non-finite or
+    out-of-range input (the batch's rewards included)."""
     missing = sorted(set(method.inputs) - set(inputs))
     if missing:
         raise ValueError(f"credit method {method.name!r} needs inputs {missing}")
@@ -116,11 +114,12 @@ def check_inputs(method: CreditMethod, batch: Batch, inputs: Mapping[str, Any],
     specs = {"turn_valid": (batch.turn_valid, "b t", "b")}
     specs.update({name: (inputs[name], spec, kind) for name, (spec, kind) in method.inputs.items()})
     check_arrays(specs)
-    for name, value in inputs.items():
+    for name, value in {"rewards": batch.rewards, **inputs}.items():
+        check_int32_range(name, value)
         value = np.asarray(value)
-        if value.dtype.kind in "iu" and value.size and (
-                value.min() < INT32.min or value.max() > INT32.max):
-            raise ValueError(f"{name}: values must fit int32 (JAX would silently wrap them)")
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise ValueError(f"{name}: must be finite, got non-finite values at "
+                             f"{np.argwhere(~np.isfinite(value))[:4].tolist()}")
     if method.check_values is not None:
         method.check_values(batch, inputs, config)
 
@@ -236,8 +235,6 @@ def _check_prover(batch: Batch, inputs, config: ProverConfig) -> None:
     """SPEC §2 validity of every measured segment: 0 <= l <= r <= T_i - 2, length <= max."""
     delta = np.asarray(inputs["delta"])
     start, end = np.asarray(inputs["seg_start"]), np.asarray(inputs["seg_end"])
-    if not np.isfinite(delta).all():
-        raise ValueError("delta: must be finite (use 0 where there is no measurement)")
     n_turns = np.asarray(batch.turn_valid).sum(1)
     checks = {
         "start < 0 or start > end": (start < 0) | (start > end),

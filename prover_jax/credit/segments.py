@@ -136,12 +136,11 @@ def masked_quantiles(x: jax.Array, mask: jax.Array, qs: tuple[float, ...]) -> ja
     """
     bits = jax.lax.bitcast_convert_type(jnp.abs(x).astype(jnp.float32).ravel(), jnp.int32)
     member = mask.ravel()
-    count = jnp.sum(member)
+    count = jnp.sum(member, dtype=jnp.int32)  # int32 also under jax_enable_x64, as the bits are
     last = jnp.maximum(count - 1, 0)
     pos = jnp.asarray(qs, jnp.float32) * last.astype(jnp.float32)
     below = jnp.floor(pos).astype(jnp.int32)
     ranks = jnp.concatenate([below, jnp.minimum(below + 1, last)])
-
 
     def halve(_, bounds):
         lo, hi = bounds

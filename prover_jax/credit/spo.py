@@ -15,18 +15,17 @@ a row names the tree node whose branch it belongs to, or -1 when it is context t
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays
+from prover_jax.checks import check_arrays, kernel
 from prover_jax.credit.outcome import group_stats
 from prover_jax.credit.tokens import per_turn
 
 
-@functools.partial(jax.jit, static_argnames=("num_segments",))
+@kernel(static_argnames=("num_segments",))
 def spo_chain_segments(turn_valid: jax.Array, num_segments: int = 3):
     """Near-equal contiguous segmentation of each row's turns.
 
@@ -54,7 +53,7 @@ def spo_chain_segments(turn_valid: jax.Array, num_segments: int = 3):
     return segment, boundaries
 
 
-@functools.partial(jax.jit, static_argnames=("num_segments",))
+@kernel(static_argnames=("num_segments",))
 def spo_chain(base: jax.Array, rewards: jax.Array, group_ids: jax.Array,
               turn_valid: jax.Array, boundary_values: jax.Array, applies: jax.Array,
               gamma: float | jax.Array = 1.0, num_segments: int = 3) -> jax.Array:
@@ -90,7 +89,7 @@ def spo_chain(base: jax.Array, rewards: jax.Array, group_ids: jax.Array,
     before = jnp.take_along_axis(values, seg, axis=1)
     after = jnp.take_along_axis(values, seg + 1, axis=1)
     chain = gamma * after - before
-    return jnp.where(applies[:, None] & turn_valid, chain, per_turn(base, turn_valid))
+    return jnp.where(applies[:, None] & turn_valid, chain, per_turn(base, turn_valid, "base"))
 
 
 def _ancestor_or_self(parents: jax.Array, node_valid: jax.Array) -> jax.Array:
@@ -105,7 +104,7 @@ def _ancestor_or_self(parents: jax.Array, node_valid: jax.Array) -> jax.Array:
     return reach > 0
 
 
-@jax.jit
+@kernel
 def spo_tree_values(parents: jax.Array, leaf_rewards: jax.Array,
                     node_valid: jax.Array | None = None):
     """Node values and branch advantages of a batch of rollout trees.
@@ -136,7 +135,7 @@ def spo_tree_values(parents: jax.Array, leaf_rewards: jax.Array,
     return values, branch
 
 
-@jax.jit
+@kernel
 def spo_tree(base: jax.Array, turn_valid: jax.Array, tree_ids: jax.Array,
              turn_nodes: jax.Array, parents: jax.Array, leaf_rewards: jax.Array,
              node_valid: jax.Array | None = None) -> jax.Array:
@@ -162,4 +161,4 @@ def spo_tree(base: jax.Array, turn_valid: jax.Array, tree_ids: jax.Array,
     adv = jnp.take_along_axis(rows, jnp.maximum(turn_nodes, 0), axis=1)
     adv = jnp.where(turn_nodes >= 0, adv, 0.0)
     in_tree = (tree_ids >= 0)[:, None]
-    return jnp.where(turn_valid, jnp.where(in_tree, adv, per_turn(base, turn_valid)), 0.0)
+    return jnp.where(turn_valid, jnp.where(in_tree, adv, per_turn(base, turn_valid, "base")), 0.0)

@@ -9,21 +9,22 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays
+from prover_jax.checks import check_arrays, kernel
 
 
-def per_turn(values: jax.Array, turn_valid: jax.Array) -> jax.Array:
+def per_turn(values: jax.Array, turn_valid: jax.Array, name: str = "values") -> jax.Array:
     """Broadcasts `[B]` values to `[B, T]` (or passes `[B, T]` through), zero on padding turns.
 
     Args:
       values: float [B] or [B, T].
       turn_valid: bool [B, T].
+      name: what errors call `values` (the caller's argument name).
 
     Returns:
       float32 [B, T].
     """
     spec = "b" if jnp.ndim(values) == 1 else "b t"
-    check_arrays({"values": (values, spec, "f"), "turn_valid": (turn_valid, "b t", "b")})
+    check_arrays({name: (values, spec, "f"), "turn_valid": (turn_valid, "b t", "b")})
     grid = values[:, None] if jnp.ndim(values) == 1 else values
     return jnp.where(turn_valid, grid, 0.0).astype(jnp.float32)
 
@@ -41,7 +42,7 @@ def materialise(values: jax.Array) -> jax.Array:
     return jnp.zeros_like(values).at[rows, cols].set(values, unique_indices=True)
 
 
-@jax.jit
+@kernel
 def to_tokens(values: jax.Array, turn_ids: jax.Array, loss_mask: jax.Array) -> jax.Array:
     """Per-trajectory `[B]` or per-turn `[B, T]` values on the token grid.
 
@@ -68,7 +69,7 @@ def to_tokens(values: jax.Array, turn_ids: jax.Array, loss_mask: jax.Array) -> j
     return jnp.where(loss_mask, grid, 0.0).astype(jnp.float32)
 
 
-@jax.jit
+@kernel
 def high_prob_mask(logprobs: jax.Array, loss_mask: jax.Array,
                    threshold: float | jax.Array = 0.9) -> jax.Array:
     """Policy tokens whose sampling probability under the generating policy is >= `threshold`.

@@ -19,6 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from envs import json_text
 from envs.searchqa.retrieval import BM25Retriever, Passage, tokenize
 from prover_jax.judges.base import TrajectoryView
 from prover_jax.judges.render import clip, header, one_line, render_turns
@@ -73,7 +74,7 @@ class Toolbox:
     def run(self, name: str, arguments: str) -> str:
         """The text result of one tool call with JSON ``arguments``; never raises."""
         try:
-            args = json.loads(arguments)
+            args = json_text.loads(arguments)
             if not isinstance(args, dict):
                 raise ToolError("arguments must be a JSON object")
             if name == "search_trajectory":
@@ -84,10 +85,10 @@ class Toolbox:
                                         _arg(args, "start_turn", int), _arg(args, "end_turn", int))
             raise ToolError(f"unknown tool {name!r}; the tools are search_trajectory and "
                             f"get_segment")
-        except json.JSONDecodeError as e:
-            return f"error: arguments are not valid JSON ({e.msg})"
         except ToolError as e:
             return f"error: {e}"
+        except ValueError as e:
+            return f"error: arguments are not valid JSON ({e})"
 
     def search_trajectory(self, query: str, k: int) -> list[dict[str, Any]]:
         """Up to ``k`` failed turns matching ``query``, best first, as bounded previews."""

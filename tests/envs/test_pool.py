@@ -13,8 +13,9 @@ import time
 import pytest
 
 import envs
-from envs.pool import EnvPool, WorkerError
-from tests.envs.slow_env import SlowHousehold
+from envs.pool import EnvPool, WorkerError, WorkerStartError
+from tests.envs.controlled_env import (
+    BLOCKED, DIE_ON_RESTORE, SLOW_START, Controlled, broken_factory, wait_for)
 
 TASKS = [envs.Task("household", "train", i) for i in range(6)]
 
@@ -50,42 +51,120 @@ def test_pool_matches_in_process_environments_and_restores_across_workers():
         assert pool.step([1], [action]) == [local[1].step(action)]
 
 
-def test_worker_killed_mid_step_loses_no_step():
+def _kill_when_blocked(folder, pool, worker):
+    """Kills ``worker`` once it blocks inside a ``block-once`` step (in a thread)."""
+    victim = pool.pids()[worker]
+
+    def kill():
+        wait_for(folder / BLOCKED)
+        os.kill(victim, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    return killer, victim
+
+
+def _started_pool(folder, **options):
+    """4 controlled slots in 2 workers, after 3 random turns; the same episodes in process."""
     rng = random.Random(1)
     local = [envs.make("household") for _ in range(4)]
-    with EnvPool(SlowHousehold, 4, num_workers=2, timeout=30) as pool:
-        pool.reset(range(4), TASKS[:4])
-        for env, task in zip(local, TASKS):
-            env.reset(task)
-        for _ in range(3):
-            actions = [rng.choice(env.admissible()) for env in local]
-            pool.step(range(4), actions)
-            [env.step(a) for env, a in zip(local, actions)]
-        victim = pool.pids()[0]
-        killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
-        killer.start()
-        # Slot 0 (worker 0) sleeps in its step; the kill lands mid-step.
-        actions = [local[s].expert_action() for s in range(4)]
-        steps = pool.step(range(4), ["slow " + actions[0]] + actions[1:])
+    pool = EnvPool(Controlled(folder), 4, num_workers=2, **options)
+    pool.reset(range(4), TASKS[:4])
+    for env, task in zip(local, TASKS):
+        env.reset(task)
+    for _ in range(3):
+        actions = [rng.choice(env.admissible()) for env in local]
+        pool.step(range(4), actions)
+        [env.step(a) for env, a in zip(local, actions)]
+    return pool, local
+
+
+def _step_through_a_kill(folder, pool, local):
+    """Slot 0 blocks in its step and its worker is killed there; the pool must replay it."""
+    killer, victim = _kill_when_blocked(folder, pool, 0)
+    actions = [env.expert_action() for env in local]
+    steps = pool.step(range(4), ["block-once " + actions[0]] + actions[1:])
+    killer.join()
+    assert pool.pids()[0] != victim
+    assert steps == [env.step(a) for env, a in zip(local, actions)]
+    assert pool.snapshot(range(4)) == [env.snapshot() for env in local]
+    actions = [env.expert_action() for env in local]
+    assert pool.step(range(4), actions) == [env.step(a) for env, a in zip(local, actions)]
+
+
+def test_worker_killed_mid_step_loses_no_step(tmp_path):
+    pool, local = _started_pool(tmp_path)
+    with pool:
+        _step_through_a_kill(tmp_path, pool, local)
+        assert pool.restarts == 1
+
+
+def test_replacements_that_die_while_restoring_count_toward_max_restarts(tmp_path):
+    (tmp_path / DIE_ON_RESTORE).write_text("2")  # two replacements die, the third serves
+    pool, local = _started_pool(tmp_path, max_restarts=3)
+    with pool:
+        _step_through_a_kill(tmp_path, pool, local)
+        assert pool.restarts == 3
+
+
+def test_replacements_that_keep_dying_exhaust_max_restarts_with_every_loss_named(tmp_path):
+    (tmp_path / DIE_ON_RESTORE).write_text("100")
+    pool, _ = _started_pool(tmp_path, max_restarts=2)
+    with pool:
+        killer, _ = _kill_when_blocked(tmp_path, pool, 0)
+        with pytest.raises(RuntimeError, match="lost 3 times") as error:
+            pool.step([0], ["block-once look"])
         killer.join()
-        assert pool.restarts == 1 and pool.pids()[0] != victim
-        assert steps == [env.step(a) for env, a in zip(local, actions)]
-        assert pool.snapshot(range(4)) == [env.snapshot() for env in local]
-        actions = [env.expert_action() for env in local]
-        assert pool.step(range(4), actions) == [env.step(a) for env, a in zip(local, actions)]
+        assert str(error.value).count("died while serving (exit code 3)") == 2
+        assert pool.restarts == 3
 
 
-def test_hung_worker_is_replaced_then_given_up_on():
-    with EnvPool(SlowHousehold, 2, num_workers=2, timeout=0.3, max_restarts=1) as pool:
+def test_slow_starting_workers_are_not_hung(tmp_path):
+    """Building an environment takes longer than a request may: only start_timeout applies."""
+    (tmp_path / SLOW_START).write_text("1.5")
+    pool, local = _started_pool(tmp_path, timeout=1.0)
+    with pool:
+        _step_through_a_kill(tmp_path, pool, local)  # the replacement starts slowly too
+        assert pool.restarts == 1
+
+
+def test_hung_worker_is_replaced_then_given_up_on(tmp_path):
+    with EnvPool(Controlled(tmp_path), 2, num_workers=2, timeout=2.0, max_restarts=1) as pool:
         pool.reset([0, 1], TASKS[:2])
-        with pytest.raises(RuntimeError, match="died 2 times"):
-            pool.step([0], ["slow look"])
+        with pytest.raises(RuntimeError, match="lost 2 times") as error:
+            pool.step([0], ["block look"])
+        assert str(error.value).count("hung while serving (no answer within 2 s)") == 2
         assert pool.restarts == 2
         local = [envs.make("household") for _ in range(2)]
         for env, task in zip(local, TASKS):
             env.reset(task)
         actions = [env.expert_action() for env in local]
         assert pool.step([0, 1], actions) == [env.step(a) for env, a in zip(local, actions)]
+
+
+def test_a_factory_that_raises_is_a_start_error_with_its_traceback():
+    with EnvPool(broken_factory, 1, num_workers=1) as pool:
+        with pytest.raises(WorkerStartError, match="cannot be built"):
+            pool.reset([0], TASKS[:1])
+        assert pool.restarts == 0
+
+
+def test_a_script_without_a_main_guard_gets_the_workers_real_error(tmp_path):
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import envs\n"
+        "from envs.pool import EnvPool\n"
+        "with EnvPool('household', 2, num_workers=1) as pool:\n"
+        "    pool.reset([0], [envs.Task('household', 'train', 0)])\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, cwd=os.getcwd(),
+                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert run.returncode != 0
+    raised = run.stderr.find("envs.pool.WorkerStartError: worker 0 failed while starting")
+    assert raised >= 0, run.stderr
+    # The parent's error carries the worker's own traceback, which names the fix.
+    assert 'create the pool under `if __name__ == "__main__":`' in run.stderr[raised:]
+    assert "max_restarts" not in run.stderr
 
 
 def test_environment_errors_surface_with_the_traceback():

@@ -59,7 +59,13 @@ def test_batch_is_a_pytree():
 @pytest.mark.parametrize("gs, message", [
     ([[]], "groups\\[0\\] is empty"),
     ([[Trajectory([Message([1], "system")], 1.0)]], "no assistant message"),
-    ([[conversation(2, float("nan"))]], "reward is nan"),
+    ([[conversation(2, float("nan"))]], "reward must be a finite number, got nan"),
+    ([[conversation(2, None)]], "reward must be a finite number, got None"),
+    ([[Trajectory([Message([1.7], "assistant", 0)], 1.0)]],
+     "messages\\[0\\]: token_ids must be a flat sequence of integers, got float64"),
+    ([[Trajectory([Message([3, -1], "assistant", 0)], 1.0)]],
+     "messages\\[0\\]: token ids must be in \\[0, 2\\*\\*31\\), got -1..3"),
+    ([], "groups is empty"),
     ([[Trajectory([Message([1], "assistant", 0), Message([2], "assistant", 2)], 1.0)]],
      "without gaps"),
     ([[Trajectory([Message([1], "narrator")], 1.0)]], "unknown role"),
@@ -68,6 +74,12 @@ def test_batch_is_a_pytree():
 def test_pack_rejects_bad_trajectories(gs, message):
     with pytest.raises(ValueError, match=message):
         pack(gs)
+
+
+@pytest.mark.parametrize("option", ["min_len", "min_turns", "row_multiple"])
+def test_pack_rejects_bucket_options_below_one(option):
+    with pytest.raises(ValueError, match=f"{option} must be an integer >= 1, got 0"):
+        pack([[conversation(2)]], **{option: 0})
 
 
 def test_pack_never_truncates():

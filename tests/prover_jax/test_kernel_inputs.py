@@ -1,0 +1,196 @@
+"""What the kernels do with inputs a caller may well pass: x64, non-finite values, lists, ids.
+
+Contract (README, "Using the kernels"): a non-finite value in any kernel input stays in its own
+group (row-local methods: its own row); every other group's advantages are those of the clean
+batch, and batch-wide constants (VICT's lambda and c) come from finite values only. The
+registry's `credit.compute`, which sees host values, rejects non-finite inputs instead.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from prover_jax import credit
+from prover_jax.batch import Batch
+from vict_jax.redistribute import redistribute
+
+B, T, M, L = 8, 6, 3, 12
+GROUP_IDS = np.repeat(np.arange(2), 4).astype(np.int32)  # rows 0-3: group 0, rows 4-7: group 1
+OTHER = GROUP_IDS == 1  # rows that must not notice group 0's poison
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    turn_valid = np.ones((B, T), bool)
+    turn_valid[[1, 5], 4:] = False
+    parents = np.array([[-1, 0, 0, 1, 1, 2, 2]] * 2, np.int32)
+    return {
+        "rewards": np.array([1, 0, 0, 1, 0.5, 0, 1, 0], np.float32),
+        "group_ids": GROUP_IDS,
+        "turn_valid": turn_valid,
+        "base_bt": rng.normal(size=(B, T)).astype(np.float32),
+        "seg_start": np.zeros(B, np.int32),
+        "seg_end": np.ones(B, np.int32),
+        "delta": rng.normal(size=B).astype(np.float32),
+        "anchor_ids": (GROUP_IDS[:, None] * 3 + rng.integers(0, 3, (B, T))).astype(np.int32),
+        "step_rewards": rng.random((B, T)).astype(np.float32),
+        "boundary_values": rng.random((B, 2)).astype(np.float32),
+        "applies": np.ones(B, bool),
+        "tree_ids": GROUP_IDS,  # group g is tree g
+        "turn_nodes": rng.integers(-1, 7, (B, T)).astype(np.int32),
+        "parents": parents,
+        "leaf_rewards": rng.integers(0, 2, (2, 7)).astype(np.float32),
+        "labels": rng.integers(-1, 2, (B, T)).astype(np.int32),
+        "labelled": np.ones(B, bool),
+        "turn_ids": np.tile(np.repeat(np.arange(T), 2), (B, 1)).astype(np.int32),
+        "loss_mask": rng.random((B, L)) < 0.7,
+        "logprobs": -rng.random((B, L)).astype(np.float32),
+        "marginals": rng.normal(size=(B, M)).astype(np.float32),
+        "eligible": np.ones((B, M), bool),
+        "omega": (rng.random((B, T, M)) < 0.4).astype(np.float32),
+    }
+
+
+def _base(x):
+    return credit.grpo(x["rewards"], x["group_ids"])
+
+
+# name -> (float inputs a poison may land in, call returning the [B] / [B, T] / [B, L] output)
+KERNELS = {
+    "grpo": (("rewards",), lambda x: credit.grpo(x["rewards"], x["group_ids"], "std")),
+    "rloo": (("rewards",), lambda x: credit.rloo(x["rewards"], x["group_ids"])),
+    "episode_advantage": (("rewards",), lambda x: credit.episode_advantage(
+        x["rewards"], x["group_ids"], x["turn_valid"], "mean_std_norm")),
+    "prover": (("base_bt", "delta"), lambda x: credit.prover(
+        x["base_bt"], x["turn_valid"], x["seg_start"], x["seg_end"], x["delta"])),
+    "gigpo": (("rewards", "step_rewards"), lambda x: credit.gigpo(
+        x["rewards"], x["group_ids"], x["anchor_ids"], x["turn_valid"], x["step_rewards"],
+        mode="mean_std_norm")),
+    "spo_chain": (("base_bt", "rewards", "boundary_values"), lambda x: credit.spo_chain(
+        x["base_bt"], x["rewards"], x["group_ids"], x["turn_valid"], x["boundary_values"],
+        x["applies"])),
+    "spo_tree": (("base_bt", "leaf_rewards"), lambda x: credit.spo_tree(
+        x["base_bt"], x["turn_valid"], x["tree_ids"], x["turn_nodes"], x["parents"],
+        x["leaf_rewards"])),
+    "criticsearch": (("rewards",), lambda x: credit.criticsearch(
+        _base(x), x["group_ids"], x["turn_valid"], x["labels"], x["labelled"])),
+    "to_tokens": (("base_bt",), lambda x: credit.to_tokens(
+        x["base_bt"], x["turn_ids"], x["loss_mask"])),
+    "high_prob_mask": (("logprobs",), lambda x: credit.high_prob_mask(
+        x["logprobs"], x["loss_mask"])),
+    "vict": (("rewards", "marginals", "omega"), lambda x: redistribute(
+        _base(x), x["marginals"], x["eligible"], x["omega"], x["turn_valid"],
+        x["group_ids"]).advantages),
+    "prover+vict": (("base_bt", "marginals", "omega"), lambda x: redistribute(
+        x["base_bt"], x["marginals"], x["eligible"], x["omega"], x["turn_valid"],
+        x["group_ids"]).advantages),
+}
+POISONS = [(kernel, name, value) for kernel, (names, _) in KERNELS.items() for name in names
+           for value in (np.inf, -np.inf, np.nan)]
+
+
+def _poisoned(x, name, value):
+    """A copy of the inputs with one group-0 entry of `name` set to `value`."""
+    x = dict(x)
+    x[name] = x[name].copy()
+    x[name][(0,) * x[name].ndim] = value
+    return x
+
+
+@pytest.mark.parametrize("kernel, name, value", POISONS,
+                         ids=[f"{k}-{n}-{v}" for k, n, v in POISONS])
+def test_a_non_finite_input_stays_in_its_own_group(kernel, name, value):
+    x = _inputs()
+    call = KERNELS[kernel][1]
+    clean = np.asarray(call(x))
+    poisoned = np.asarray(call(_poisoned(x, name, value)))
+    assert np.isfinite(clean).all()
+    assert np.isfinite(poisoned[OTHER]).all()
+    if kernel.endswith("vict"):  # lambda and c are batch-wide: finite, and close to clean
+        np.testing.assert_allclose(poisoned[OTHER], clean[OTHER], rtol=0.5, atol=0.5)
+    else:
+        np.testing.assert_array_equal(poisoned[OTHER], clean[OTHER])
+
+
+def test_vict_calibration_ignores_a_non_finite_base_turn():
+    """An infinite base advantage on one turn: c is that of the other turns, lambda finite."""
+    x = _inputs()
+    poisoned = _poisoned(x, "base_bt", np.inf)
+    without = dict(x, turn_valid=x["turn_valid"].copy())
+    without["turn_valid"][0, 0] = False  # the same turn, simply absent
+    args = ("marginals", "eligible", "omega")
+    a = redistribute(poisoned["base_bt"], *(x[k] for k in args), x["turn_valid"], GROUP_IDS)
+    b = redistribute(x["base_bt"], *(x[k] for k in args), without["turn_valid"], GROUP_IDS)
+    assert np.isfinite(float(a.lam)) and np.isfinite(float(a.clip))
+    assert float(a.clip) == pytest.approx(float(b.clip))
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_x64_gives_the_same_advantages(kernel):
+    """With jax_enable_x64 the kernels take int64 / float64 inputs and agree with float32."""
+    x = _inputs()
+    call = KERNELS[kernel][1]
+    expected = np.asarray(call(x))
+    wide = {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
+            if v.dtype.kind in "fi" else v for k, v in x.items()}
+    with jax.enable_x64(True):
+        got = np.asarray(call(wide))
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_python_lists_are_rejected_by_name():
+    with pytest.raises(ValueError, match="rewards: expected an array, got a Python list"):
+        credit.grpo([1.0, 0.0], np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match="delta: expected an array, got a Python tuple"):
+        credit.prover(np.zeros(2, np.float32), np.ones((2, 3), bool), np.zeros(2, np.int32),
+                      np.zeros(2, np.int32), (0.0, 0.0))
+
+
+def test_group_ids_beyond_int32_are_an_error_or_kept_apart():
+    rewards = np.array([1, 0, 1, 1], np.float32)
+    ids = np.array([2**32 + 1, 2**32 + 1, 1, 1], np.int64)  # wraps onto group 1 in int32
+    with pytest.raises(ValueError, match="group_ids: values 1..4294967297 do not fit int32"):
+        credit.grpo(rewards, ids)
+    with jax.enable_x64(True):
+        np.testing.assert_allclose(credit.grpo(rewards, ids), [0.5, -0.5, 0, 0])
+
+
+@pytest.mark.parametrize("call", [
+    lambda: credit.prover(np.zeros((4, 3, 1), np.float32), np.ones((4, 3), bool),
+                          np.zeros(4, np.int32), np.zeros(4, np.int32), np.zeros(4, np.float32)),
+    lambda: credit.spo_chain(np.zeros(5, np.float32), np.zeros(4, np.float32),
+                             np.zeros(4, np.int32), np.ones((4, 3), bool),
+                             np.zeros((4, 2), np.float32), np.ones(4, bool)),
+    lambda: credit.spo_tree(np.zeros(5, np.float32), np.ones((4, 3), bool),
+                            np.zeros(4, np.int32), np.zeros((4, 3), np.int32),
+                            np.array([[-1, 0]], np.int32), np.zeros((1, 2), np.float32)),
+    lambda: credit.criticsearch(np.zeros(5, np.float32), np.zeros(4, np.int32),
+                                np.ones((4, 3), bool), np.zeros((4, 3), np.int32),
+                                np.ones(4, bool)),
+    lambda: redistribute(np.zeros(5, np.float32), np.zeros((4, 2), np.float32),
+                         np.ones((4, 2), bool), np.zeros((4, 3, 2), np.float32),
+                         np.ones((4, 3), bool), np.zeros(4, np.int32)),
+])
+def test_errors_name_the_base_argument(call):
+    with pytest.raises(ValueError, match=r"\bbase\b") as error:
+        call()
+    assert "values" not in str(error.value)
+
+
+def _batch(rewards):
+    b = len(rewards)
+    return Batch(tokens=np.ones((b, 4), np.int32), loss_mask=np.ones((b, 4), bool),
+                 turn_ids=np.zeros((b, 4), np.int32), group_ids=np.zeros(b, np.int32),
+                 rewards=np.asarray(rewards, np.float32), turn_valid=np.ones((b, 1), bool))
+
+
+def test_the_registry_rejects_non_finite_host_values_by_name():
+    with pytest.raises(ValueError, match="rewards: must be finite"):
+        credit.compute("grpo", _batch([1.0, np.nan]))
+    with pytest.raises(ValueError, match="boundary_values: must be finite"):
+        credit.compute("spo-chain", _batch([1.0, 0.0]), {
+            "boundary_values": np.array([[np.inf, 0], [0, 0]], np.float32),
+            "spo_applies": np.ones(2, bool)})
