@@ -14,13 +14,14 @@ import dataclasses
 import json
 import logging
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from models.qwen.config import FULL, LINEAR, QwenConfig, from_hf_config, to_hf_config
@@ -74,6 +75,7 @@ TOP_NAMES = {
 LM_HEAD = "lm_head.weight"
 TEXT_PREFIX, VL_TEXT_PREFIX = "model.", "model.language_model."
 SKIPPED_PREFIXES = ("model.visual.", "mtp.")
+DERIVED = ("rotary_emb.inv_freq",)  # buffers some checkpoints save; recomputed from the config
 
 
 def names_of(cfg: QwenConfig, group: str) -> dict[str, tuple[str, str]]:
@@ -134,14 +136,37 @@ def gated_q_to_hf(query: np.ndarray, gate: np.ndarray) -> np.ndarray:
     return np.stack([query, gate], axis=2).reshape(query.shape[0], -1).T
 
 
+def _json_file(path: Path) -> dict:
+    """A JSON object from a file; a ValueError naming the file otherwise."""
+    try:
+        value = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _open_safetensors(stack: contextlib.ExitStack, file: Path):
+    """A safetensors reader; a ValueError naming the file if it is truncated or corrupt."""
+    try:
+        return stack.enter_context(safe_open(file, framework="numpy"))
+    except SafetensorError as e:
+        raise ValueError(f"{file}: cannot be read as safetensors ({e}); the file may be "
+                         "truncated or corrupt") from None
+
+
 def _tensor_files(folder: Path) -> dict[str, Path]:
     """HF tensor name -> the safetensors file holding it."""
     if (folder / INDEX).exists():
-        weight_map = json.loads((folder / INDEX).read_text())["weight_map"]
+        weight_map = _json_file(folder / INDEX).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{folder / INDEX}: no \"weight_map\" object")
         return {name: folder / file for name, file in weight_map.items()}
     if (folder / SINGLE).exists():
-        with safe_open(folder / SINGLE, framework="numpy") as f:
-            return {name: folder / SINGLE for name in f.keys()}
+        with contextlib.ExitStack() as stack:
+            names = _open_safetensors(stack, folder / SINGLE).keys()
+            return {name: folder / SINGLE for name in names}
     raise FileNotFoundError(f"{folder}: no {SINGLE} and no {INDEX}")
 
 
@@ -150,7 +175,7 @@ def read_config(folder: str | Path) -> QwenConfig:
     path = Path(folder) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    return from_hf_config(json.loads(path.read_text()))
+    return from_hf_config(_json_file(path))
 
 
 def load(folder: str | Path, dtype=jnp.float32,
@@ -171,7 +196,10 @@ def load(folder: str | Path, dtype=jnp.float32,
     Raises:
       FileNotFoundError: missing folder, config or weights file.
       ValueError: a missing tensor, a shape mismatch or a non-float tensor, naming the tensor
-        and its file; an unsupported target `dtype`.
+        and its file; a config or index that is not JSON, or a truncated or corrupt weights
+        file, naming the file; an unsupported target `dtype`.
+
+    Tensors the model does not use are ignored with a warning that names them.
     """
     folder = Path(folder)
     cfg = read_config(folder)
@@ -181,6 +209,7 @@ def load(folder: str | Path, dtype=jnp.float32,
     if skipped:
         log.info("%s: skipping %d vision / multi-token-prediction tensors", folder, len(skipped))
     place = place or (lambda path, x: jnp.asarray(x))
+    unused = {n for n in files if not n.startswith(SKIPPED_PREFIXES) and not n.endswith(DERIVED)}
     with contextlib.ExitStack() as stack:
         handles: dict[Path, object] = {}
 
@@ -189,10 +218,21 @@ def load(folder: str | Path, dtype=jnp.float32,
                 raise ValueError(f"{folder}: tensor {name!r} is missing from the checkpoint")
             file = files[name]
             if file not in handles:
-                handles[file] = stack.enter_context(safe_open(file, framework="numpy"))
-            return _checked(file, name, handles[file].get_tensor(name), shape)
+                handles[file] = _open_safetensors(stack, file)
+            try:
+                tensor = handles[file].get_tensor(name)
+            except SafetensorError as e:
+                raise ValueError(f"{file}: tensor {name!r} cannot be read ({e}); the file may "
+                                 "be truncated or corrupt") from None
+            unused.discard(name)
+            return _checked(file, name, tensor, shape)
 
-        return cfg, _read_params(cfg, dtype, prefix, read, place)
+        params = _read_params(cfg, dtype, prefix, read, place)
+    if unused:
+        warnings.warn(f"{folder}: {len(unused)} tensors of the checkpoint are not used by the "
+                      f"{cfg.model_type} model and were ignored: {sorted(unused)[:8]}",
+                      stacklevel=2)
+    return cfg, params
 
 
 def _checked(file: Path, name: str, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -229,16 +269,15 @@ def _read_params(cfg: QwenConfig, dtype, prefix: str, read, place):
     return params
 
 
-def save(folder: str | Path, cfg: QwenConfig, params) -> None:
-    """Writes `config.json` and `model.safetensors` in the Hugging Face (text model) layout.
+def to_hf_tensors(cfg: QwenConfig, params) -> dict[str, np.ndarray]:
+    """Our params pytree (or a pytree of the same structure, e.g. gradients) as Hugging Face
+    tensors of the text model, name -> numpy array.
 
     Raises:
       ValueError: params in a per-layer layout (`unstack_layers`, `sampler.sampling_params`).
     """
     if any(isinstance(params.get(group), tuple) for group in ("layers", "attn", "linear")):
         raise ValueError("params: per-layer (unstacked) layout; save the params as loaded")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
     for key, (name, layout) in TOP_NAMES.items():
         tensors[TEXT_PREFIX + name] = LAYOUTS[layout].save(np.asarray(params[key]))
@@ -256,6 +295,18 @@ def save(folder: str | Path, cfg: QwenConfig, params) -> None:
             if group == "attn" and cfg.attn_output_gate:
                 tensors[f"{TEXT_PREFIX}layers.{i}.{GATED_Q['q'][0]}"] = gated_q_to_hf(
                     np.asarray(params["attn"]["q"][j]), np.asarray(params["attn"]["q_gate"][j]))
+    return tensors
+
+
+def save(folder: str | Path, cfg: QwenConfig, params) -> None:
+    """Writes `config.json` and `model.safetensors` in the Hugging Face (text model) layout.
+
+    Raises:
+      ValueError: params in a per-layer layout (`unstack_layers`, `sampler.sampling_params`).
+    """
+    tensors = to_hf_tensors(cfg, params)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, folder / SINGLE,
               metadata={"format": "pt"})
     hf_config = {**to_hf_config(cfg), "torch_dtype": str(np.asarray(params["embed"]).dtype)}

@@ -1,4 +1,5 @@
-"""Sharding rules on 8 fake CPU devices: placement is real, results equal the unsharded ones."""
+"""Sharding rules on 8 fake CPU devices: placement is real, and sharded logits are within the
+float32 budget of transformers' float64 ones (tests/models/budget.py), as the unsharded are."""
 
 from __future__ import annotations
 
@@ -16,25 +17,36 @@ from models.qwen.sharding import (
     shard_batch,
     spec_for,
 )
+from tests.models.budget import Reference
 
 CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=128, hidden_size=64, intermediate_size=96,
                       num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True)
 
 
+def reference_of(cfg, params, folder) -> Reference:
+    """transformers' model of our params (through a saved checkpoint), float32 and float64."""
+    import transformers
+
+    qwen.save(folder, cfg, params)
+    return Reference(transformers.AutoModelForCausalLM.from_pretrained(folder))
+
+
 @pytest.fixture(scope="module")
-def setup():
+def setup(tmp_path_factory):
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
     params = qwen.init(CFG, jax.random.key(0), scale=0.1)
     tokens = np.random.default_rng(0).integers(0, 128, (4, 10)).astype(np.int32)
     positions = np.broadcast_to(np.arange(10), (4, 10)).astype(np.int32)
-    expected, _ = jax.jit(qwen.forward, static_argnums=1)(params, CFG, tokens, positions)
-    return params, tokens, positions, np.asarray(expected)
+    unsharded, _ = jax.jit(qwen.forward, static_argnums=1)(params, CFG, tokens, positions)
+    reference = reference_of(CFG, params, tmp_path_factory.mktemp("sharding"))
+    reference.assert_logits(unsharded, tokens)
+    return params, tokens, positions, reference
 
 
 @pytest.mark.parametrize("rules", [LEARNER_RULES, SAMPLER_RULES], ids=["learner", "sampler"])
 def test_sharded_forward_equals_unsharded(setup, rules):
-    params, tokens, positions, expected = setup
+    params, tokens, positions, reference = setup
     mesh = make_mesh(data=2, model=4)
     sharded = jax.device_put(params, param_shardings(CFG, mesh, rules))
     placement = describe_placement(sharded)
@@ -46,10 +58,10 @@ def test_sharded_forward_equals_unsharded(setup, rules):
     tokens_s, positions_s = shard_batch(mesh, tokens, positions)
     logits, _ = jax.jit(qwen.forward, static_argnums=1)(sharded, CFG, tokens_s, positions_s)
     assert len(logits.sharding.device_set) == 8
-    np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-5)
+    reference.assert_logits(np.asarray(logits), tokens)  # as the unsharded logits are
 
 
-def test_hybrid_model_sharded_forward_equals_unsharded():
+def test_hybrid_model_sharded_forward_equals_unsharded(tmp_path):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices")
     cfg = qwen.QwenConfig(
@@ -68,7 +80,9 @@ def test_hybrid_model_sharded_forward_equals_unsharded():
     sharded = jax.device_put(params, param_shardings(cfg, mesh, LEARNER_RULES))
     assert describe_placement(sharded)["linear.z"].endswith("(1, 32, 1, 8)")
     logits, _ = run(sharded, cfg, *shard_batch(mesh, tokens, positions))
-    np.testing.assert_allclose(np.asarray(logits), np.asarray(expected), atol=1e-5)
+    reference = reference_of(cfg, params, tmp_path)
+    reference.assert_logits(np.asarray(expected), tokens)
+    reference.assert_logits(np.asarray(logits), tokens)
 
 
 def _is_info(x):

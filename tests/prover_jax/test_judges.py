@@ -276,6 +276,8 @@ def test_get_segment_round_trip_returns_the_range_with_its_context():
 
 @pytest.mark.parametrize("call, message", [
     (Call("get_segment", "{not json"), "not valid JSON"),
+    (Call("get_segment", "[" * 1000 + "]" * 1000), "nested too deeply"),
+    (Call("get_segment", '{"traj_id": ' + "[" * 40 + "]" * 40 + "}"), "more than 32 levels"),
     (Call("get_segment", "[1]"), "JSON object"),
     (Call("get_segment", {"traj_id": 7, "start_turn": 0, "end_turn": 0}), "unknown traj_id 7"),
     (Call("get_segment", {"traj_id": 0, "start_turn": 2, "end_turn": 9}), "end_turn <= 3"),

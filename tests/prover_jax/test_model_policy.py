@@ -30,6 +30,13 @@ def test_parse_action():
         SamplingConfig(max_new_tokens=0)
 
 
+def test_parse_action_never_raises_on_model_output():
+    deep = "[" * 1000 + "]" * 1000
+    for reply in (f"<tool_call>{deep}</tool_call>", "<tool_call>[1, 2]</tool_call>",
+                  '<tool_call>{"name": "act", "arguments": ' + deep + "}</tool_call>"):
+        assert parse_action(reply) == reply
+
+
 def _policy(tokenizer, temperature=1.0):
     cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=len(tokenizer), hidden_size=32,
                           intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
