@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Test processes; each file's tests stay in one process, so they share compiled programs.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-fast bench lint clean
 
 $(VENV)/.base: pyproject.toml setup.cfg
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +21,10 @@ demo: $(VENV)/.base
 	$(PY) -m prover_jax.train
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+test-fast: $(VENV)/.test
+	$(PYTEST) -m "not slow"
 
 bench: $(VENV)/.test
 	$(PY) bench/credit_kernels.py

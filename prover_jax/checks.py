@@ -100,13 +100,14 @@ def check_host_value(name: str, value: Any) -> None:
     """Checks one argument of a kernel before tracing; tracers and scalars pass.
 
     Raises:
-      ValueError: for a Python list or tuple (JAX would trace each element as a scalar of its
-        own), or a host integer array wider than 32 bits whose values do not fit int32 while
-        `jax_enable_x64` is off.
+      TypeError: for a Python list or tuple (JAX would trace each element as a scalar of its
+        own).
+      ValueError: for a host integer array wider than 32 bits whose values do not fit int32
+        while `jax_enable_x64` is off.
     """
     if isinstance(value, (list, tuple)):
-        raise ValueError(f"{name}: expected an array, got a Python {type(value).__name__}; "
-                         f"pass numpy.asarray(...)")
+        raise TypeError(f"{name}: expected an array, got a Python {type(value).__name__}; "
+                        f"pass numpy.asarray(...)")
     if (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.dtype.itemsize > 4
             and not jax.config.jax_enable_x64):
         check_int32_range(name, value)

@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs import json_text
 from models.qwen import QwenConfig, init_cache, positions_from_mask
 from models.qwen.chat import ACT_TOOL, END_OF_TURN, agent_messages
-from envs import json_text
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.rollout import Action, Episode, Policy

@@ -142,9 +142,9 @@ def _json_file(path: Path) -> dict:
         value = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
-    return value
+    if isinstance(value, dict):
+        return value
+    raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
 
 
 def _open_safetensors(stack: contextlib.ExitStack, file: Path):

@@ -15,7 +15,13 @@ import pytest
 import envs
 from envs.pool import EnvPool, WorkerError, WorkerStartError
 from tests.envs.controlled_env import (
-    BLOCKED, DIE_ON_RESTORE, SLOW_START, Controlled, broken_factory, wait_for)
+    BLOCKED,
+    DIE_ON_RESTORE,
+    SLOW_START,
+    Controlled,
+    broken_factory,
+    wait_for,
+)
 
 TASKS = [envs.Task("household", "train", i) for i in range(6)]
 

@@ -9,6 +9,7 @@ from prover_jax.model_policy import SamplingConfig
 from prover_jax.train import TrainConfig, environment_texts, tiny_model, tiny_tokenizer, train
 
 
+@pytest.mark.slow
 def test_train_runs_and_resumes(tmp_path):
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
     cfg, params = tiny_model(len(tokenizer))
