@@ -148,8 +148,8 @@ READS = {
 
 def timed(fn, repeats: int, rounds: int = 3) -> float:
     """Seconds per call: the best of `rounds` medians over `repeats` samples of 3 calls each,
-    after 3 warm-up calls. The best round discounts other tenants of a shared machine."""
-    for _ in range(3):
+    after `rounds` warm-up calls. The best round discounts other tenants of a shared machine."""
+    for _ in range(rounds):
         jax.block_until_ready(fn())
     medians = []
     for _ in range(rounds):
@@ -163,21 +163,22 @@ def timed(fn, repeats: int, rounds: int = 3) -> float:
     return min(medians)
 
 
-def copy_bandwidth(n_bytes: int = 1 << 28, repeats: int = 5) -> float:
+def copy_bandwidth(n_bytes: int = 1 << 28, repeats: int = 5, rounds: int = 3) -> float:
     """Bytes per second moved (read + written) by a large copy: the better of a numpy copy and
     an XLA elementwise pass, since XLA:CPU streams with every core and numpy with one."""
     src = np.ones(n_bytes // 4, np.float32)
     dst = np.empty_like(src)
-    numpy_s = timed(lambda: np.copyto(dst, src), repeats)
+    numpy_s = timed(lambda: np.copyto(dst, src), repeats, rounds)
     device_src = jnp.asarray(src)
     add_one = jax.jit(lambda x: x + 1.0)
     jax.block_until_ready(add_one(device_src))
-    xla_s = timed(lambda: add_one(device_src), repeats)
+    xla_s = timed(lambda: add_one(device_src), repeats, rounds)
     return 2 * n_bytes / min(numpy_s, xla_s)
 
 
-def run(lengths, repeats: int, ref_repeats: int) -> list[dict]:
-    bandwidth = copy_bandwidth()
+def run(lengths, repeats: int, ref_repeats: int, rounds: int = 3) -> list[dict]:
+    """Every pipeline at each length, checked against the reference, then timed (`timed`)."""
+    bandwidth = copy_bandwidth(repeats=repeats, rounds=rounds)
     ours, reference = pipelines(KERNELS), pipelines(REFERENCE)
     rows = []
     for seq_len in lengths:
@@ -189,8 +190,8 @@ def run(lengths, repeats: int, ref_repeats: int) -> list[dict]:
             expected = reference[name](x_np)
             np.testing.assert_allclose(np.asarray(out, np.float32),
                                        np.asarray(expected, np.float32), atol=1e-4)
-            t_ours = timed(lambda f=jitted, x=x_dev: f(x), repeats)
-            t_ref = timed(lambda f=reference[name], x=x_np: f(x), ref_repeats)
+            t_ours = timed(lambda f=jitted, x=x_dev: f(x), repeats, rounds)
+            t_ref = timed(lambda f=reference[name], x=x_np: f(x), ref_repeats, rounds)
             n_bytes = sum(x_np[k].nbytes for k in READS[name]) + np.asarray(out).nbytes
             floor = n_bytes / bandwidth
             rows.append({"method": name, "seq_len": seq_len, "ours_ms": 1e3 * t_ours,

@@ -19,7 +19,7 @@ def load_bench(name: str = "credit_kernels"):
 @pytest.mark.slow
 def test_credit_kernel_bench_runs_and_agrees():
     bench = load_bench()
-    results = bench.run([128], repeats=1, ref_repeats=1)  # asserts ours == reference inside
+    results = bench.run([128], repeats=1, ref_repeats=1, rounds=1)  # asserts ours == reference
     methods = {r["method"] for r in results[1:]}
     assert methods == set(bench.READS)
     assert all(r["ours_ms"] > 0 and r["floor_ms"] > 0 for r in results[1:])

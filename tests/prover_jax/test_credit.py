@@ -395,7 +395,7 @@ def test_prover_without_positive_delta_is_grpo(batch, seed):
     close(out, credit.per_turn(base, batch.turn_valid))
 
 
-@settings(max_examples=4)  # eager dispatch is slow; the kernels are the same code either way
+@settings(max_examples=2)  # eager dispatch is slow; the kernels are the same code either way
 @given(batches(), st.integers(0, 2**31))
 def test_jit_equals_eager(batch, seed):
     jitted, _ = all_methods(batch, seed)
