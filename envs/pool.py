@@ -14,9 +14,14 @@ with the interrupted request, so no step is lost or applied twice (a snapshot is
 after a completed request, and restoring it replays identically). A replacement that itself
 dies, hangs or is slow to start is one more restart of the same request; after
 ``max_restarts`` of them the request is a bug, not bad luck, and the pool raises, listing every
-loss. A worker that fails while starting with a Python error (the spawned process re-imports
-the main script, and that script raised) is not restarted: the error names the cause and
-carries the worker's own traceback.
+loss. A worker whose environments cannot be built, or whose process raised while re-importing
+the main script (a script that creates a pool without a main guard), is not restarted: a
+``WorkerStartError`` carries the worker's own traceback, and is raised again on every later
+call to that worker. (The traceback of a main script that fails before it imports this module
+cannot be recovered; such a worker counts as died while starting.)
+
+One slot's environment error is that slot's alone: the other slots of the call complete and
+keep their snapshots, every worker's reply is read, and then the first error is raised.
 
 Workers start with the ``spawn`` method by default (safe when the parent runs JAX threads) and
 exit when the parent closes the pool or dies (their pipe closes), so no process is orphaned.
@@ -113,11 +118,19 @@ def _serve(connection, factory: _Factory, slots: tuple[int, ...]) -> None:
         try:
             for slot, state in restores:
                 envs[slot].restore(state)
-            reply = [_apply(envs[slot], op, arg) for slot, arg in items]
         except Exception:
             connection.send(("error", traceback.format_exc()))
             continue
-        connection.send(("ok", reply))
+        connection.send(("ok", [_outcome(envs[slot], op, arg) for slot, arg in items]))
+
+
+def _outcome(env: Env, op: str, arg: Any) -> tuple[str, Any, Any]:
+    """("ok", result, snapshot) of one slot's request, or ("error", traceback, None): one slot's
+    error neither stops the others nor loses their snapshots."""
+    try:
+        return ("ok", *_apply(env, op, arg))
+    except Exception:
+        return "error", traceback.format_exc(), None
 
 
 def _apply(env: Env, op: str, arg: Any):
@@ -141,6 +154,7 @@ class _Worker:
     connection: multiprocessing.connection.Connection
     started: bool = False  # it said "ready"
     replaced: bool = False  # it replaces a lost worker and has not completed a request yet
+    start_error: WorkerStartError | None = None  # it cannot start: raised on every use
 
 
 class WorkerError(RuntimeError):
@@ -163,7 +177,8 @@ class EnvPool:
             picklable zero-argument callable that returns an :class:`envs.base.Env`.
         num_slots: how many environment instances (episodes in flight) the pool holds.
         num_workers: worker processes; slot ``s`` lives in worker ``s % num_workers``.
-        timeout: seconds a started worker may take for one request before it is declared hung.
+        timeout: seconds a started worker may take for one request before it is declared hung
+            (None: no limit).
         start_timeout: seconds a new worker may take to import and build its environments.
         max_restarts: replacements of one worker for the same request after which the pool
             gives up.
@@ -171,8 +186,8 @@ class EnvPool:
     """
 
     def __init__(self, env: str | Callable[[], Env], num_slots: int, num_workers: int = 2, *,
-                 config: dict[str, Any] | None = None, timeout: float = 60.0,
-                 start_timeout: float = 600.0, max_restarts: int = 3,
+                 config: dict[str, Any] | None = None, timeout: float | None = 60.0,
+                 start_timeout: float | None = 600.0, max_restarts: int = 3,
                  start_method: str = "spawn"):
         if _bootstrapping():
             raise RuntimeError(
@@ -182,8 +197,8 @@ class EnvPool:
         if num_slots < 1 or num_workers < 1:
             raise ValueError(f"need num_slots >= 1 and num_workers >= 1, got {num_slots}, "
                              f"{num_workers}")
-        if timeout <= 0 or start_timeout <= 0 or max_restarts < 0:
-            raise ValueError(f"need timeout > 0, start_timeout > 0 and max_restarts >= 0, got "
+        if any(t is not None and t <= 0 for t in (timeout, start_timeout)) or max_restarts < 0:
+            raise ValueError(f"need timeouts > 0 (or None: no limit) and max_restarts >= 0, got "
                              f"{timeout}, {start_timeout}, {max_restarts}")
         if isinstance(env, str):
             self._factory = _Factory(env, tuple(sorted((config or {}).items())), None)
@@ -281,41 +296,73 @@ class EnvPool:
             raise ValueError(f"slots repeat in one call: {list(slots)}")
 
     def _call(self, op: str, slots: Sequence[int], args: Sequence[Any]) -> list[Any]:
+        """One request per worker, all in flight at once. Every reply is read, even after an
+        error, so the pipes stay in step and every completed slot keeps its new snapshot; then
+        the first error is raised."""
         self._check_slots(slots)
         if len(args) != len(slots):
             raise ValueError(f"{op}: {len(slots)} slots but {len(args)} arguments")
         by_worker: dict[int, list[tuple[int, Any]]] = {}
         for slot, arg in zip(slots, args):
             by_worker.setdefault(slot % self.num_workers, []).append((slot, arg))
+        errors: list[Exception] = []
+        sent: dict[int, bool] = {}
+        losses: dict[int, list[str]] = {}
         for w, items in by_worker.items():
-            self._send(w, op, items)
+            try:  # a request that cannot be pickled is not written at all
+                if not self._workers[w].started:  # workers start in parallel; wait for each
+                    try:
+                        self._await_start(w)
+                    except _Lost as lost:
+                        losses[w] = [f"{lost}"]
+                        self._replace(w)
+                sent[w] = self._workers[w].started and self._send(w, op, items)
+            except Exception as error:
+                errors.append(error)
         results: dict[int, Any] = {}
-        for w, items in by_worker.items():
-            reply = self._receive(w, op, items)
-            for (slot, _), (result, state) in zip(items, reply):
+        for w, sent_already in sent.items():
+            try:
+                reply = self._receive(w, op, by_worker[w], sent_already, losses.get(w, []))
+            except Exception as error:
+                errors.append(error)
+                continue
+            for (slot, _), (status, result, state) in zip(by_worker[w], reply):
+                if status == "error":
+                    errors.append(WorkerError(
+                        f"environment error in worker {w}, slot {slot}:\n{result}"))
+                    continue
                 if op in ("reset", "step", "restore"):
                     self._states[slot] = state
                 results[slot] = result
+        if errors:
+            raise errors[0]
         return [results[s] for s in slots]
 
-    def _send(self, w: int, op: str, items: list[tuple[int, Any]]) -> None:
+    def _send(self, w: int, op: str, items: list[tuple[int, Any]]) -> bool:
         """Sends a request; a replacement worker first gets its slots' latest snapshots."""
         worker = self._workers[w]
         restores = ([(s, self._states[s]) for s in self._slots_of(w)
                      if self._states[s] is not None] if worker.replaced else [])
         with contextlib.suppress(OSError, ValueError):  # gone: _receive notices and recovers
             worker.connection.send((op, items, restores))
+        return True
 
-    def _receive(self, w: int, op: str, items: list[tuple[int, Any]]) -> list:
-        losses = []
-        for attempt in range(self.max_restarts + 1):
-            if attempt:
-                self._send(w, op, items)
+    def _receive(self, w: int, op: str, items: list[tuple[int, Any]], sent: bool,
+                 losses: list[str]) -> list:
+        """The reply to the request, sent now if it was not (the worker was still starting);
+        a lost worker is replaced and the request replayed, up to ``max_restarts`` times in
+        all (``losses``: those before the request was sent)."""
+        losses = list(losses)
+        while len(losses) <= self.max_restarts:
             try:
+                if not sent:
+                    self._await_start(w)
+                    sent = self._send(w, op, items)
                 reply = self._reply(w)
             except _Lost as lost:
                 losses.append(f"{lost}")
                 self._replace(w)
+                sent = False
                 continue
             self._workers[w].replaced = False
             return reply
@@ -323,14 +370,27 @@ class EnvPool:
             f"worker {w} was lost {len(losses)} times on the same {op!r} request, more than "
             f"max_restarts={self.max_restarts}: " + "; ".join(losses))
 
+    def _await_start(self, w: int) -> None:
+        """Waits for worker ``w`` to say it is ready, so a large request never blocks on a worker
+        that is still building its environments; a start error is raised again on later calls."""
+        worker = self._workers[w]
+        if worker.started:
+            return
+        if worker.start_error is None:
+            try:
+                status, payload = self._message(w, self.start_timeout, "starting")
+            except WorkerStartError as error:
+                worker.start_error = error
+                raise
+            if status == "ready":
+                worker.started = True
+                return
+            worker.start_error = WorkerStartError(
+                f"worker {w} could not build its environments:\n{payload}")
+        raise worker.start_error
+
     def _reply(self, w: int) -> list:
         """The worker's answer to the request in flight; raises _Lost if it dies or hangs."""
-        worker = self._workers[w]
-        if not worker.started:
-            status, payload = self._message(w, self.start_timeout, "starting")
-            if status == "error":
-                raise WorkerStartError(f"worker {w} could not build its environments:\n{payload}")
-            worker.started = True
         status, payload = self._message(w, self.timeout, "serving")
         if status == "error":
             raise WorkerError(f"environment error in worker {w}:\n{payload}")
@@ -345,7 +405,10 @@ class EnvPool:
                 return worker.connection.recv()
         if not ready:
             raise _Lost(f"hung while {phase} (no answer within {timeout:g} s)")
-        worker.process.join()
+        worker.process.join(timeout=5)  # its pipe is closed: it is exiting, or is killed now
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
         if phase == "starting":
             with contextlib.suppress(OSError), open(_start_error_path(worker.process.name)) as f:
                 raise WorkerStartError(

@@ -116,7 +116,8 @@ def _check_token_ids(token_ids: Sequence[int], where: str) -> None:
 
 def _check_trajectory(traj: Trajectory, where: str) -> int:
     """Validates one trajectory; returns its number of agent turns."""
-    if not isinstance(traj.reward, numbers.Real) or not np.isfinite(traj.reward):
+    reward = np.asarray(traj.reward)
+    if reward.ndim or reward.dtype.kind not in "iuf" or not np.isfinite(reward):
         raise ValueError(f"{where}: reward must be a finite number, got {traj.reward!r}")
     turns = []
     for k, msg in enumerate(traj.messages):
@@ -159,7 +160,7 @@ def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
         raise ValueError("groups is empty: there is nothing to pack")
     for name, value in (("min_len", min_len), ("min_turns", min_turns),
                         ("row_multiple", row_multiple)):
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     rows: list[tuple[int, Trajectory, int]] = []
     for g, group in enumerate(groups):

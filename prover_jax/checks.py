@@ -108,16 +108,17 @@ def check_host_value(name: str, value: Any) -> None:
     if isinstance(value, (list, tuple)):
         raise TypeError(f"{name}: expected an array, got a Python {type(value).__name__}; "
                         f"pass numpy.asarray(...)")
-    if (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.dtype.itemsize > 4
-            and not jax.config.jax_enable_x64):
+    if (isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "iu"
+            and value.dtype.itemsize > 4 and not jax.config.jax_enable_x64):
         check_int32_range(name, value)
 
 
 def kernel(fn: Callable | None = None, *, static_argnames: tuple[str, ...] = ()) -> Callable:
     """`jax.jit` that first runs `check_host_value` on every non-static argument.
 
-    Use as `@kernel` or `@kernel(static_argnames=(...))`; the compiled function is the wrapper's
-    `jitted` attribute.
+    Use as `@kernel` or `@kernel(static_argnames=(...))`. The wrapper keeps the jitted
+    function's `lower`, `trace` and `eval_shape` (unchecked), and the function itself as
+    `jitted`.
     """
     if fn is None:
         return functools.partial(kernel, static_argnames=static_argnames)
@@ -132,4 +133,5 @@ def kernel(fn: Callable | None = None, *, static_argnames: tuple[str, ...] = ())
         return jitted(*args, **kwargs)
 
     checked.jitted = jitted
+    checked.lower, checked.trace, checked.eval_shape = jitted.lower, jitted.trace, jitted.eval_shape
     return checked

@@ -6,8 +6,8 @@ import os
 
 # Before anything imports jax. Sharding tests need several devices; on CPU, fake them. The
 # test programs are tiny, so compiling them dominates the suite: LLVM optimisation level 0
-# compiles them ~30% faster (bench/ measures the optimised programs). `make test` runs one
-# process per core, so each runs its matmuls on one thread instead of contending for both.
+# compiles them ~30% faster (bench/ measures the optimised programs). `make test` runs two
+# processes on two cores, so each runs its matmuls on one thread instead of contending.
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
     flag for flag in ("--xla_force_host_platform_device_count=8",
                       "--xla_backend_optimization_level=0",

@@ -75,6 +75,9 @@ class Toolbox:
         """The text result of one tool call with JSON ``arguments``; never raises."""
         try:
             args = json_text.loads(arguments)
+        except ValueError as e:
+            return f"error: arguments are not valid JSON ({e})"
+        try:
             if not isinstance(args, dict):
                 raise ToolError("arguments must be a JSON object")
             if name == "search_trajectory":
@@ -87,8 +90,6 @@ class Toolbox:
                             f"get_segment")
         except ToolError as e:
             return f"error: {e}"
-        except ValueError as e:
-            return f"error: arguments are not valid JSON ({e})"
 
     def search_trajectory(self, query: str, k: int) -> list[dict[str, Any]]:
         """Up to ``k`` failed turns matching ``query``, best first, as bounded previews."""

@@ -149,10 +149,29 @@ def test_hung_worker_is_replaced_then_given_up_on(tmp_path):
 
 
 def test_a_factory_that_raises_is_a_start_error_with_its_traceback():
-    with EnvPool(broken_factory, 1, num_workers=1) as pool:
-        with pytest.raises(WorkerStartError, match="cannot be built"):
-            pool.reset([0], TASKS[:1])
+    with EnvPool(broken_factory, 1, num_workers=1, timeout=None) as pool:
+        for _ in range(2):  # raised again, never restarted
+            with pytest.raises(WorkerStartError, match="cannot be built"):
+                pool.reset([0], TASKS[:1])
         assert pool.restarts == 0
+
+
+def test_one_slots_error_leaves_the_other_slots_done_and_the_pipes_in_step():
+    """Slot 0 errs; slots 1 (another worker) and 2 (the same worker) complete, keep their
+    snapshots, and the next calls get their own replies."""
+    local = [envs.make("household") for _ in range(3)]
+    with EnvPool("household", 4, num_workers=2) as pool:
+        pool.reset(range(3), TASKS[:3])
+        for env, task in zip(local, TASKS):
+            env.reset(task)
+        actions = [None] + [env.expert_action() for env in local[1:]]
+        with pytest.raises(WorkerError, match=r"worker 0, slot 0:(.|\n)*an action is a str"):
+            pool.step([0, 1, 2], actions)
+        local[1].step(actions[1])
+        local[2].step(actions[2])
+        assert pool.snapshot([1, 2]) == [local[1].snapshot(), local[2].snapshot()]
+        actions = [env.expert_action() for env in local]
+        assert pool.step([0, 1, 2], actions) == [env.step(a) for env, a in zip(local, actions)]
 
 
 def test_a_script_without_a_main_guard_gets_the_workers_real_error(tmp_path):

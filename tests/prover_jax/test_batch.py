@@ -76,6 +76,12 @@ def test_pack_rejects_bad_trajectories(gs, message):
         pack(gs)
 
 
+def test_pack_takes_numpy_scalars():
+    batch = pack([[conversation(2, np.float32(1.0)), conversation(1, np.array(0.0))]],
+                 row_multiple=np.int64(4))
+    assert batch.rewards.tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
 @pytest.mark.parametrize("option", ["min_len", "min_turns", "row_multiple"])
 def test_pack_rejects_bucket_options_below_one(option):
     with pytest.raises(ValueError, match=f"{option} must be an integer >= 1, got 0"):

@@ -108,9 +108,7 @@ def test_a_non_finite_input_stays_in_its_own_group(kernel, name, value):
     poisoned = np.asarray(call(_poisoned(x, name, value)))
     assert np.isfinite(clean).all()
     assert np.isfinite(poisoned[OTHER]).all()
-    if kernel.endswith("vict"):  # lambda and c are batch-wide: finite, and close to clean
-        np.testing.assert_allclose(poisoned[OTHER], clean[OTHER], rtol=0.5, atol=0.5)
-    else:
+    if not kernel.endswith("vict"):  # VICT's lambda and c are batch-wide: see the next test
         np.testing.assert_array_equal(poisoned[OTHER], clean[OTHER])
 
 
