@@ -339,7 +339,10 @@ class EnvPool:
         return [results[s] for s in slots]
 
     def _send(self, w: int, op: str, items: list[tuple[int, Any]]) -> bool:
-        """Sends a request; a replacement worker first gets its slots' latest snapshots."""
+        """Sends a request; a replacement worker first gets its slots' latest snapshots.
+
+        Returns True: the request is written, or the worker is gone and `_reply` notices.
+        """
         worker = self._workers[w]
         restores = ([(s, self._states[s]) for s in self._slots_of(w)
                      if self._states[s] is not None] if worker.replaced else [])
