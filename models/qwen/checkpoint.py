@@ -147,10 +147,11 @@ def _json_file(path: Path) -> dict:
     raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
 
 
-def _open_safetensors(stack: contextlib.ExitStack, file: Path):
-    """A safetensors reader; a ValueError naming the file if it is truncated or corrupt."""
+def _open_safetensors(file: Path):
+    """A safetensors reader (a context manager); a ValueError naming the file if it is
+    truncated or corrupt."""
     try:
-        return stack.enter_context(safe_open(file, framework="numpy"))
+        return safe_open(file, framework="numpy")
     except SafetensorError as e:
         raise ValueError(f"{file}: cannot be read as safetensors ({e}); the file may be "
                          "truncated or corrupt") from None
@@ -164,9 +165,8 @@ def _tensor_files(folder: Path) -> dict[str, Path]:
             raise ValueError(f"{folder / INDEX}: no \"weight_map\" object")
         return {name: folder / file for name, file in weight_map.items()}
     if (folder / SINGLE).exists():
-        with contextlib.ExitStack() as stack:
-            names = _open_safetensors(stack, folder / SINGLE).keys()
-            return {name: folder / SINGLE for name in names}
+        with _open_safetensors(folder / SINGLE) as f:
+            return {name: folder / SINGLE for name in f.keys()}
     raise FileNotFoundError(f"{folder}: no {SINGLE} and no {INDEX}")
 
 
@@ -218,7 +218,7 @@ def load(folder: str | Path, dtype=jnp.float32,
                 raise ValueError(f"{folder}: tensor {name!r} is missing from the checkpoint")
             file = files[name]
             if file not in handles:
-                handles[file] = _open_safetensors(stack, file)
+                handles[file] = stack.enter_context(_open_safetensors(file))
             try:
                 tensor = handles[file].get_tensor(name)
             except SafetensorError as e:
