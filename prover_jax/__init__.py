@@ -8,13 +8,16 @@ from prover_jax import credit
 from prover_jax.batch import (
     Batch,
     Message,
+    TokenStream,
     Trajectory,
     pack,
+    pack_streams,
     trajectory_from_tokens,
     validate,
 )
 
 __all__ = [
-    "Batch", "Message", "Trajectory", "credit", "pack", "trajectory_from_tokens", "validate",
+    "Batch", "Message", "TokenStream", "Trajectory", "credit", "pack", "pack_streams",
+    "trajectory_from_tokens", "validate",
 ]
 __version__ = "0.1.0"

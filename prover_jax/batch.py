@@ -100,6 +100,67 @@ def trajectory_from_tokens(tokens: Sequence[int], loss_mask: Sequence[bool],
     return Trajectory(messages, reward)
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenStream:
+    """One episode's tokens exactly as a sampler read and produced them.
+
+    tokens: int32 [L]; loss_mask: bool [L], true on the sampled tokens; turn_ids: int32 [L],
+    the turn of each sampled token, -1 elsewhere; logprobs: float32 [L], the sampler's
+    log-probability of each sampled token, 0 elsewhere.
+    """
+
+    tokens: np.ndarray
+    loss_mask: np.ndarray
+    turn_ids: np.ndarray
+    logprobs: np.ndarray
+
+    @classmethod
+    def from_turns(cls, contexts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]],
+                   logprobs: Sequence[Sequence[float]]) -> TokenStream:
+        """The stream context 0, reply 0, context 1, reply 1, ...
+
+        Args:
+          contexts: per turn, the ids read before its reply (the prompt first).
+          replies: per turn, the sampled ids.
+          logprobs: per turn, one log-probability per sampled id.
+        """
+        if not replies:
+            raise ValueError("a stream needs at least one turn")
+        if not len(contexts) == len(replies) == len(logprobs):
+            raise ValueError(f"{len(contexts)} contexts, {len(replies)} replies and "
+                             f"{len(logprobs)} log-prob lists must be one per turn")
+        pieces = []
+        for turn, (context, reply, scores) in enumerate(zip(contexts, replies, logprobs)):
+            if len(scores) != len(reply):
+                raise ValueError(f"turn {turn}: {len(scores)} log-probs for {len(reply)} "
+                                 "sampled tokens")
+            pieces.append((context, False, -1, np.zeros(len(context))))
+            pieces.append((reply, True, turn, scores))
+        return cls(np.concatenate([np.asarray(ids, np.int32) for ids, *_ in pieces]),
+                   np.concatenate([np.full(len(ids), m) for ids, m, _, _ in pieces]),
+                   np.concatenate([np.full(len(ids), t, np.int32) for ids, _, t, _ in pieces]),
+                   np.concatenate([np.asarray(lp, np.float32) for *_, lp in pieces]))
+
+
+def pack_streams(groups: Sequence[Sequence[TokenStream]],
+                 rewards: Sequence[Sequence[float]], **pack_kwargs) -> tuple[Batch, np.ndarray]:
+    """Packs groups of token streams (see `pack` for the keyword arguments).
+
+    Returns:
+      (Batch, float32 [B, L] the streams' sampler log-probabilities on the same grid, the
+      learner's `old_logprobs`).
+    """
+    if len(groups) != len(rewards) or any(len(g) != len(r) for g, r in zip(groups, rewards)):
+        raise ValueError("rewards must hold one reward per stream, group by group")
+    batch = pack([[trajectory_from_tokens(s.tokens, s.loss_mask, s.turn_ids, r)
+                   for s, r in zip(group, group_rewards)]
+                  for group, group_rewards in zip(groups, rewards)], **pack_kwargs)
+    logprobs = np.zeros(batch.tokens.shape, np.float32)
+    for row, stream in enumerate(s for group in groups for s in group):
+        logprobs[row, : len(stream.logprobs)] = stream.logprobs
+    return batch, logprobs
+
+
 def bucket(n: int, minimum: int = 1) -> int:
     """Smallest power of two >= max(n, minimum)."""
     return 1 << (max(n, minimum) - 1).bit_length()

@@ -1,15 +1,24 @@
-"""A Qwen model as the rollout policy: the chat-rendered episode in, an ``act`` tool call out.
+"""A Qwen model as the rollout policy: token streams in, an ``act`` tool call out.
 
-Each turn, every live episode is rendered with the checkpoint's own chat template (system
-prompt, task, earlier ``act(action=...)`` calls and their observations, then the generation
-prompt), the batch is left-padded and sampled with ``models.qwen.sampler.generate`` until the
-end-of-turn token, and the reply is parsed: the ``action`` argument of its first ``act`` tool
-call, or else the reply's text (which the environment will usually reject, as it should).
-The sampled token ids and log-probs travel with each :class:`Action`, for the learner's old
-log-probs and for counting generated tokens.
+Every episode is one token stream (``Episode.stream``): the prompt (system, tools, task and
+generation prompt, rendered with the checkpoint's chat template and tokenized once), then per
+turn the reply exactly as sampled and the observation block that follows it
+(`models.qwen.chat.AgentFormat`). Nothing is re-rendered or re-tokenized: what the learner
+trains on is what the sampler read and wrote, and its log-probs are the learner's old ones.
 
-Prompt lengths are bucketed to powers of two and the batch is padded to a power of two by
-repeating its first prompt, so a rollout compiles ``generate`` only a few times.
+The environment gets the reply's parsed action: the ``action`` argument of its first ``act``
+tool call, or else the reply's text without thoughts (which the environment will usually
+reject, as it should; the reply is still trained on as sampled).
+
+The policy keeps one KV cache row per pool slot across turns. A row that already holds an
+episode's stream prefills only the new context (the observation block); a row taking a new
+episode, or a restored prefix (ProVer's and SPO's continuations), is emptied and prefills the
+whole stream, once per distinct stream: the K continuations of one prefix, and the G episodes
+of one task, share it. Rows are compacted and the cache grown as needed. An episode whose stream
+would exceed ``max_context`` with a full reply is not continued: `run` ends it as truncated,
+with its ``overflow`` flag set.
+
+Lengths are bucketed to powers of two, so a rollout compiles ``generate`` only a few times.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs import json_text
-from models.qwen import QwenConfig, init_cache, positions_from_mask
-from models.qwen.chat import ACT_TOOL, END_OF_TURN, agent_messages
+from envs.base import Task
+from models.qwen import QwenConfig, kv_cache
+from models.qwen.chat import END_OF_TURN, AgentFormat
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.rollout import Action, Episode, Policy
@@ -36,19 +46,29 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
-    """How the policy samples (temperature 0 is greedy)."""
+    """How the policy samples (temperature 0 is greedy).
+
+    ``max_context`` caps an episode's token stream (None: the model's
+    ``max_position_embeddings``). ``reuse_cache=False`` prefills every episode's whole stream
+    into a fresh cache at every turn (the reference path: same tokens, quadratic cost).
+    """
 
     max_new_tokens: int = 128
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    min_prompt_tokens: int = 64  # the smallest prompt bucket
+    min_prompt_tokens: int = 64  # the smallest bucket of new tokens per call
+    max_context: int | None = None
+    reuse_cache: bool = True
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+        if self.max_context is not None and self.max_context <= self.max_new_tokens:
+            raise ValueError(f"max_context={self.max_context} leaves no room for a prompt "
+                             f"and max_new_tokens={self.max_new_tokens}")
 
 
 def parse_action(reply: str) -> str:
@@ -66,58 +86,195 @@ def parse_action(reply: str) -> str:
     return _THINK.sub("", reply).strip()
 
 
+def stream_ids(episode: Episode) -> np.ndarray:
+    """int32 [L] the episode's token stream through its last reply ([0] without actions)."""
+    if not episode.actions:
+        return np.zeros(0, np.int32)
+    return episode.stream().tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    """What one cache row holds: an episode's stream through the reply of its last action."""
+
+    task: Task
+    actions: tuple[Action, ...]
+    length: int  # tokens of the stream
+
+    def holds(self, episode: Episode) -> bool:
+        return (self.task == episode.task and len(self.actions) == len(episode.actions)
+                and all(a is b for a, b in zip(self.actions, episode.actions)))
+
+
+@dataclasses.dataclass
+class RolloutStats:
+    """Counters of a policy's work since it was made."""
+
+    prefilled: int = 0  # real (unpadded) context tokens written to the cache
+    generated: int = 0  # sampled tokens
+    calls: int = 0  # `generate` calls
+    overflows: int = 0  # episodes ended because their stream would exceed max_context
+
+
 class ModelPolicy(Policy):
     """Samples actions from a Qwen model (params on device, config, tokenizer).
 
     The params are laid out for sampling once, here (`sampling_params`: on CPU a per-layer
-    copy of the weights), so make one policy per weight update and drop it before training.
+    copy of the weights), and the KV cache lives as long as the policy, so make one policy per
+    weight update and drop it before training.
+
+    Args:
+      params, cfg: the model.
+      tokenizer: a fast tokenizer with a ChatML chat template.
+      system: the system prompt (the environment's instructions).
+      sampling: SamplingConfig.
+      **template_kwargs: passed to the chat template (e.g. ``enable_thinking=False``).
+
+    Raises:
+      ValueError: ``max_context`` beyond the model's ``max_position_embeddings``, or a
+        tokenizer the stream cannot be cut from (see `AgentFormat`).
     """
 
     def __init__(self, params, cfg: QwenConfig, tokenizer, system: str,
-                 sampling: SamplingConfig | None = None):
+                 sampling: SamplingConfig | None = None, **template_kwargs):
         self.params = sampling_params(params, cfg)
         self.cfg, self.tokenizer, self.system = cfg, tokenizer, system
         self.sampling = sampling or SamplingConfig()
-        stop = tokenizer.convert_tokens_to_ids(END_OF_TURN)
-        if stop is None or stop == tokenizer.unk_token_id:
-            raise ValueError(f"the tokenizer has no {END_OF_TURN} token; is it a ChatML model?")
-        self.stop_tokens = jnp.array([stop], jnp.int32)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop
+        self.format = AgentFormat(tokenizer, system, **template_kwargs)
+        self.max_context = self.sampling.max_context or cfg.max_position_embeddings
+        if self.max_context > cfg.max_position_embeddings:
+            raise ValueError(f"max_context={self.max_context} exceeds the model's "
+                             f"max_position_embeddings={cfg.max_position_embeddings}")
+        self.stop_tokens = jnp.array([self.format.end_of_turn], jnp.int32)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.format.end_of_turn
+        self.stats = RolloutStats()
+        self._cache: kv_cache.Cache | None = None
+        self._held: list[_Held | None] = []
+
+    def context(self, episode: Episode) -> np.ndarray:
+        """int32 [C] the tokens the episode's next reply reads after its stream so far."""
+        if episode.next_context_ids:
+            return np.asarray(episode.next_context_ids, np.int32)
+        if not episode.actions:
+            return self.format.prompt(episode.observations[0])
+        return self.format.after_reply(episode.actions[-1].token_ids, episode.observations[-1])
 
     def prompt(self, episode: Episode) -> np.ndarray:
-        """int32 [P] the episode so far, rendered up to the assistant's next reply."""
-        messages = agent_messages(self.system, episode.observations[0],
-                                  [a.text for a in episode.actions], episode.observations[1:])
-        ids = self.tokenizer.apply_chat_template(
-            messages, tools=[ACT_TOOL], add_generation_prompt=True, tokenize=True,
-            return_dict=True)["input_ids"]
-        return np.asarray(ids, np.int32)
+        """int32 [P] everything the episode's next reply is sampled after."""
+        return np.concatenate([stream_ids(episode), self.context(episode)])
 
-    def act(self, episodes: Sequence[Episode], slots, pool, rng: random.Random) -> list[Action]:
-        del slots, pool
-        prompts = [self.prompt(e) for e in episodes]
-        rows = bucket(len(prompts))
-        length = bucket(max(len(p) for p in prompts), self.sampling.min_prompt_tokens)
-        tokens = np.full((rows, length), self.pad_id, np.int32)
-        mask = np.zeros((rows, length), bool)
-        for row in range(rows):
-            prompt = prompts[row] if row < len(prompts) else prompts[0]
-            tokens[row, length - len(prompt):] = prompt
-            mask[row, length - len(prompt):] = True
-        s = self.sampling
-        out = generate(self.params, self.cfg, jnp.asarray(tokens),
-                       positions_from_mask(jnp.asarray(mask)),
-                       init_cache(self.cfg, rows, length + s.max_new_tokens),
-                       jax.random.key(rng.getrandbits(63)), max_tokens=s.max_new_tokens,
-                       max_new_tokens=jnp.int32(s.max_new_tokens), stop_tokens=self.stop_tokens,
-                       temperature=jnp.float32(s.temperature), top_k=jnp.int32(s.top_k),
-                       top_p=jnp.float32(s.top_p), pad_id=self.pad_id)
-        sampled, logprobs, lengths = jax.device_get((out.tokens, out.logprobs, out.lengths))
+    def act(self, episodes: Sequence[Episode], slots, pool, rng: random.Random
+            ) -> list[Action | None]:
+        rows = pool.num_slots
+        if self._cache is None or len(self._held) != rows:
+            self._cache, self._held = None, [None] * rows
+        reuse = self.sampling.reuse_cache
+        contexts = [self.context(e) for e in episodes]
+        new, starts, acting = {}, {}, []
+        for episode, slot, context in zip(episodes, slots, contexts):
+            held = self._held[slot]
+            if reuse and held is not None and held.holds(episode):
+                new[slot], starts[slot] = context, held.length
+            else:
+                new[slot], starts[slot] = np.concatenate([stream_ids(episode), context]), 0
+            self._held[slot] = None
+            if starts[slot] + len(new[slot]) + self.sampling.max_new_tokens > self.max_context:
+                self.stats.overflows += 1
+                continue
+            acting.append(slot)
+        if not acting:
+            return [None] * len(episodes)
+        continued = {s for s in acting if starts[s] > 0}
+        emptied = [row for row in range(rows) if row not in continued]
+        for row in emptied:
+            self._held[row] = None
+        sampled = self._sample(rows, new, starts, emptied if reuse else [], acting, rng)
         actions = []
-        for row in range(len(episodes)):
-            ids = sampled[row, : lengths[row]].tolist()
+        for episode, slot, context in zip(episodes, slots, contexts):
+            if slot not in sampled:
+                actions.append(None)
+                continue
+            ids, logprobs = sampled[slot]
             reply = self.tokenizer.decode(ids, skip_special_tokens=False)
             text = parse_action(reply.removesuffix(END_OF_TURN))
-            actions.append(Action(text, tuple(ids),
-                                  tuple(float(x) for x in logprobs[row, : lengths[row]])))
+            action = Action(text, tuple(ids), tuple(logprobs), tuple(context.tolist()))
+            actions.append(action)
+            self._held[slot] = _Held(episode.task, episode.actions + (action,),
+                                     starts[slot] + len(new[slot]) + len(ids))
         return actions
+
+    def _sample(self, rows: int, new: dict, starts: dict, emptied: list[int], acting: list[int],
+                rng: random.Random) -> dict[int, tuple[list[int], list[float]]]:
+        """Prefills and samples one reply per acting row; {row: (ids, logprobs)}.
+
+        `emptied` rows are emptied; those acting start a stream and prefill all of it but its
+        last token through `kv_cache.prefill_rows`, once per distinct stream. Every acting row
+        then feeds `generate` its remaining new tokens (a fresh row's last token, or the new
+        context).
+        """
+        s = self.sampling
+        fresh = [row for row in emptied if row in acting]
+        distinct: dict[tuple[int, ...], int] = {}
+        for row in fresh:
+            distinct.setdefault(tuple(new[row][:-1].tolist()), len(distinct))
+        distinct.pop((), None)
+        tails = {row: new[row][-1:] if row in fresh else new[row] for row in acting}
+        tail_len = bucket(max(len(t) for t in tails.values()), s.min_prompt_tokens)
+        head_len = bucket(max((len(d) for d in distinct), default=1), s.min_prompt_tokens)
+        head_len = head_len if distinct else 0
+        if s.reuse_cache:
+            self._make_room(rows, emptied, head_len + tail_len + s.max_new_tokens)
+        else:
+            self._cache = kv_cache.empty(self.cfg, rows, tail_len + s.max_new_tokens)
+        if distinct:
+            self._prefill_shared(rows, distinct, new, fresh, head_len)
+        tokens = np.full((rows, tail_len), self.pad_id, np.int32)
+        positions = np.full((rows, tail_len), -1, np.int32)
+        for row, tail in tails.items():
+            begin = starts[row] + len(new[row]) - len(tail)
+            tokens[row, tail_len - len(tail):] = tail
+            positions[row, tail_len - len(tail):] = np.arange(begin, begin + len(tail))
+        self.stats.prefilled += sum(map(len, distinct)) + sum(map(len, tails.values()))
+        out = generate(self.params, self.cfg, jnp.asarray(tokens), jnp.asarray(positions),
+                       self._cache, jax.random.key(rng.getrandbits(63)),
+                       max_tokens=s.max_new_tokens, max_new_tokens=jnp.int32(s.max_new_tokens),
+                       stop_tokens=self.stop_tokens, temperature=jnp.float32(s.temperature),
+                       top_k=jnp.int32(s.top_k), top_p=jnp.float32(s.top_p), pad_id=self.pad_id)
+        self._cache = out.cache
+        ids, logprobs, lengths = jax.device_get((out.tokens, out.logprobs, out.lengths))
+        self.stats.calls += 1
+        self.stats.generated += int(lengths.sum())
+        return {row: (ids[row, : lengths[row]].tolist(),
+                      logprobs[row, : lengths[row]].tolist()) for row in acting}
+
+    def _make_room(self, rows: int, emptied: list[int], needed: int) -> None:
+        """Empties rows and makes `needed` free slots after the cache's length."""
+        if self._cache is None:
+            self._cache = kv_cache.empty(self.cfg, rows, bucket(needed))
+            return
+        if emptied:
+            self._cache = kv_cache.reset_rows(self._cache,
+                                              jnp.asarray(np.isin(np.arange(rows), emptied)))
+        slots = self._cache.valid.shape[1]
+        if int(self._cache.length) + needed > slots:
+            self._cache = kv_cache.compact(self._cache)
+            length = int(self._cache.length)
+            if length + needed > slots:
+                self._cache = kv_cache.grow(self._cache, bucket(length + needed))
+
+    def _prefill_shared(self, rows: int, distinct: dict, new: dict, fresh: list[int],
+                        length: int) -> None:
+        """Prefills each distinct stream head once and copies it to the rows that share it."""
+        count = bucket(len(distinct))
+        tokens = np.full((count, length), self.pad_id, np.int32)
+        positions = np.full((count, length), -1, np.int32)
+        for head, index in distinct.items():
+            tokens[index, length - len(head):] = head
+            positions[index, length - len(head):] = np.arange(len(head))
+        sources = np.full(rows, -1, np.int32)
+        for row in fresh:
+            sources[row] = distinct.get(tuple(new[row][:-1].tolist()), -1)
+        self._cache = kv_cache.prefill_rows(self.params, self.cfg, self._cache,
+                                            jnp.asarray(tokens), jnp.asarray(positions),
+                                            jnp.asarray(sources))

@@ -22,15 +22,23 @@ from collections.abc import Hashable, Sequence
 
 from envs.base import Task
 from envs.pool import EnvPool
+from prover_jax.batch import TokenStream
 
 
 @dataclasses.dataclass(frozen=True)
 class Action:
-    """One policy action: its text and, for a model policy, its tokens and log-probs."""
+    """One policy action: its text and, for a model policy, its tokens.
+
+    `context_ids` are the tokens the policy read after the previous action's (the prompt before
+    the first action; the observation block and generation prompt later), `token_ids` the
+    reply it sampled and `logprobs` the sampler's log-probability of each. Together over an
+    episode's actions they are its token stream (`Episode.stream`).
+    """
 
     text: str
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
+    context_ids: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +48,9 @@ class Episode:
     ``observations[t]`` is what the policy saw before action t (``observations[0]`` is the reset
     text) and ``observations[T]`` the observation after the last action; ``states[t]`` is the
     snapshot before action t. A fresh episode not yet reset has no observations.
+    ``next_context_ids`` are the context tokens a prefix's next action read in the episode it
+    was cut from (so a continuation reads exactly them); ``overflow`` marks an episode ended
+    because its token stream would not fit the policy's context (it is also ``truncated``).
     """
 
     task: Task
@@ -50,17 +61,38 @@ class Episode:
     reward: float = 0.0
     done: bool = False
     truncated: bool = False
+    next_context_ids: tuple[int, ...] = ()
+    overflow: bool = False
 
     @property
     def num_turns(self) -> int:
         return len(self.actions)
 
     def prefix(self, turn: int) -> Episode:
-        """The episode before action ``turn`` (its state is ``states[turn]``), not done."""
+        """The episode before action ``turn`` (its state is ``states[turn]``), not done; its
+        token stream is this one's up to that action's context."""
         if not 0 <= turn <= self.num_turns:
             raise ValueError(f"turn {turn} outside 0..{self.num_turns}")
+        context = self.actions[turn].context_ids if turn < self.num_turns else ()
         return Episode(self.task, self.observations[: turn + 1], self.actions[:turn],
-                       self.valid[:turn], self.states[: turn + 1])
+                       self.valid[:turn], self.states[: turn + 1], next_context_ids=context)
+
+    def stream(self) -> TokenStream:
+        """The episode's tokens as the policy read and sampled them, through its last reply.
+
+        Raises:
+          ValueError: an action without tokens (e.g. from a scripted policy), or an episode
+            without actions.
+        """
+        if not self.actions:
+            raise ValueError("the episode has no actions, so no tokens to train on")
+        if any(not a.token_ids or (t == 0 and not a.context_ids)
+               for t, a in enumerate(self.actions)):
+            raise ValueError("the episode's actions carry no token ids (a scripted policy's?); "
+                             "only a model policy's episodes have a token stream")
+        return TokenStream.from_turns([a.context_ids for a in self.actions],
+                                      [a.token_ids for a in self.actions],
+                                      [a.logprobs for a in self.actions])
 
     def extend(self, action: Action, observation: str, valid: bool, state: Hashable,
                reward: float, done: bool, truncated: bool) -> Episode:
@@ -68,7 +100,8 @@ class Episode:
         return dataclasses.replace(
             self, observations=self.observations + (observation,),
             actions=self.actions + (action,), valid=self.valid + (valid,),
-            states=self.states + (state,), reward=reward, done=done, truncated=truncated)
+            states=self.states + (state,), reward=reward, done=done, truncated=truncated,
+            next_context_ids=())
 
 
 class Policy(abc.ABC):
@@ -76,8 +109,9 @@ class Policy(abc.ABC):
 
     @abc.abstractmethod
     def act(self, episodes: Sequence[Episode], slots: Sequence[int], pool: EnvPool,
-            rng: random.Random) -> list[Action]:
-        """One action per episode; ``slots[i]`` holds ``episodes[i]`` in ``pool``."""
+            rng: random.Random) -> list[Action | None]:
+        """One action per episode; ``slots[i]`` holds ``episodes[i]`` in ``pool``. None ends
+        an episode whose context is full (`run` marks it truncated and ``overflow``)."""
 
 
 class ScriptedPolicy(Policy):
@@ -134,8 +168,17 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
             finished.update({i: e for i, e, _ in running.values()})
             running.clear()
             continue
-        slots = sorted(running)
-        actions = policy.act([running[s][1] for s in slots], slots, pool, rng)
+        acting = sorted(running)
+        chosen = policy.act([running[s][1] for s in acting], acting, pool, rng)
+        for slot, action in zip(acting, chosen):
+            if action is None:
+                index, episode, _ = running.pop(slot)
+                finished[index] = dataclasses.replace(episode, done=True, truncated=True,
+                                                      overflow=True)
+        slots = [s for s, a in zip(acting, chosen) if a is not None]
+        actions = [a for a in chosen if a is not None]
+        if not slots:
+            continue
         steps = pool.step(slots, [a.text for a in actions])
         states = pool.snapshot(slots)
         for slot, action, step, state in zip(slots, actions, steps, states):

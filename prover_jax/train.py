@@ -2,9 +2,10 @@
 
 One step: ``groups`` tasks, ``group_size`` episodes each, sampled by :class:`ModelPolicy` over an
 environment pool; the chosen credit method's host side (ProVer's judge and verification, VICT's
-trace and cores) and its jitted kernel; the episodes rendered with the chat template into a
-padded batch; one learner step; a checkpoint. A killed run resumes from its last checkpoint
-(the step counter says which tasks come next).
+trace and cores) and its jitted kernel; the episodes' token streams, exactly as sampled, packed
+into a padded batch with the sampler's log-probs as the old policy's; one learner step; a
+checkpoint. A killed run resumes from its last checkpoint (the step counter says which tasks
+come next).
 
 ``python -m prover_jax.train`` runs a small default: a tiny random Qwen3 with a byte-level BPE
 tokenizer trained on the environment's own texts (nothing is downloaded), on household tasks.
@@ -25,29 +26,13 @@ import numpy as np
 import envs
 from envs.pool import EnvPool
 from models import qwen
-from models.qwen.chat import agent_messages, render
+from models.qwen.chat import CHATML_TEMPLATE
 from prover_jax import credit, judges
-from prover_jax.batch import pack, trajectory_from_tokens
+from prover_jax.batch import pack_streams
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.rollout import Episode, run, start
 from prover_jax.verify import VerifyConfig, prover_step
-
-CHATML_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\n{{ messages[0].content }}\n\n# Tools\n<tools>"
-    "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools><|im_end|>\n"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set rest = messages %}{%- endif %}"
-    "{%- for m in rest %}"
-    "{%- if m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content }}"
-    "{%- for call in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
-    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{%- endfor %}"
-    "<|im_end|>\n"
-    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
-    "</tool_response><|im_end|>\n"
-    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +61,12 @@ class TrainConfig:
                              f"one of {sorted(HOST_SIDES)}")
         if min(self.steps, self.groups, self.group_size, self.workers) < 1:
             raise ValueError("steps, groups, group_size and workers must be >= 1")
+        s = self.sampling
+        if (s.temperature, s.top_k, s.top_p) != (1.0, 0, 1.0):
+            raise ValueError("the learner scores tokens under the model's plain softmax, so the "
+                             "sampler must draw from it too (temperature 1, top_k 0, top_p 1) "
+                             "for its log-probs to be the old policy's; got temperature="
+                             f"{s.temperature}, top_k={s.top_k}, top_p={s.top_p}")
 
 
 def tiny_tokenizer(texts: Sequence[str], vocab_size: int = 512):
@@ -146,18 +137,11 @@ def host_inputs(method: str, env: envs.Env, groups: list[list[Episode]], pool: E
 HOST_SIDES = ("grpo", "rloo", "prover", "vict", "prover+vict")
 
 
-def to_batch(groups: list[list[Episode]], tokenizer, system: str):
-    """The groups' episodes rendered with the chat template and packed."""
-    packed = []
-    for group in groups:
-        rows = []
-        for e in group:
-            rendered = render(tokenizer, agent_messages(
-                system, e.observations[0], [a.text for a in e.actions], e.observations[1:]))
-            rows.append(trajectory_from_tokens(rendered.tokens, rendered.loss_mask,
-                                               rendered.turn_ids, e.reward))
-        packed.append(rows)
-    return pack(packed, pad_token_id=tokenizer.pad_token_id)
+def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int):
+    """The groups' token streams packed: (Batch, the sampler's log-probs [B, L])."""
+    return pack_streams([[e.stream() for e in group] for group in groups],
+                        [[e.reward for e in group] for group in groups],
+                        pad_token_id=pad_token_id, max_len=max_len)
 
 
 def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
@@ -184,18 +168,18 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
                            rng, config.max_actions)
             groups = [episodes[g * config.group_size:(g + 1) * config.group_size]
                       for g in range(config.groups)]
-            batch = to_batch(groups, tokenizer, system)
+            batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings)
             rows, turns = batch.turn_valid.shape
             inputs, logs = host_inputs(config.credit, env, groups, pool, policy, rng, config,
                                        rows, turns)
             del policy  # its sampling copy of the weights
             advantages = credit.compute(config.credit, batch, inputs).tokens
-            old = learner.logprobs(state.params, batch.tokens)
             state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))
             checkpoints.save(state)
             row = {"step": step, "reward": float(np.mean([e.reward for e in episodes])),
                    "actions": float(np.mean([e.num_turns for e in episodes])),
                    "valid": float(np.mean([v for e in episodes for v in e.valid] or [0.0])),
+                   "overflow": float(np.mean([e.overflow for e in episodes])),
                    **{k: float(v) for k, v in metrics.items()}, **logs,
                    "seconds": time.perf_counter() - began}
             history.append(row)

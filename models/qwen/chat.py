@@ -35,6 +35,36 @@ ACT_TOOL = {
     },
 }
 
+# A ChatML tool-calling template laid out like Qwen2.5's: tools listed in the system block,
+# calls as <tool_call> JSON after the reply's text, tool results as <tool_response> blocks of
+# a user turn. For tokenizers built here, which have no template of their own.
+CHATML_TEMPLATE = (
+    "{%- if messages[0].role == 'system' %}{%- set rest = messages[1:] %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content }}"
+    "{%- else %}{%- set rest = messages %}{{- '<|im_start|>system\\nYou are an agent.' }}"
+    "{%- endif %}"
+    "{%- if tools %}{{- '\\n\\n# Tools\\n\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>' }}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for m in rest %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant' }}"
+    "{%- if m.content %}{{- '\\n' + m.content }}{%- endif %}"
+    "{%- for call in m.tool_calls or [] %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call.function.name + '\", \"arguments\": '"
+    " + (call.function.arguments | tojson) + '}\\n</tool_call>' }}"
+    "{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{%- if loop.first or rest[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}"
+    "{%- endif %}{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or rest[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Rendered:
@@ -137,3 +167,94 @@ def render(tokenizer: transformers.PreTrainedTokenizerFast, messages: Sequence[d
         turn_ids[inside] = turn
     return Rendered(tokens, turn_ids >= 0, turn_ids, text)
 
+
+
+PROBE_TASK = "The task."
+PROBE_REPLY = {"role": "assistant", "content": "<think>\nA thought.\n</think>\n\n",
+               "tool_calls": [{"type": "function", "function": {
+                   "name": "act", "arguments": {"action": "an action"}}}]}
+
+
+class AgentFormat:
+    """The token pieces of an agent episode, cut from the checkpoint's own chat template.
+
+    An episode's token stream is `prompt(task)`, then per turn the reply exactly as sampled
+    followed by `after_reply(reply, observation)`: the end-of-turn token if the reply was cut
+    before it, then the template's observation block and the next generation prompt. Each piece
+    is tokenized on its own, once; the stream is never re-rendered.
+
+    The observation block is what the template adds when a tool message follows an assistant
+    message: the conversation is rendered without and with it, and the suffix after the
+    assistant's end-of-turn token is taken. That suffix must be a true extension (the template
+    may not rewrite what came before); every piece after the prompt starts right after a
+    special token, so tokenizing it alone gives the tokens a full rendering would.
+
+    `prefix_preserving` is true when the template starts a rendered reply with the generation
+    prompt it gave the model; replies in the template's own form then make the stream equal
+    the template's rendering of the whole conversation. Qwen3 with `enable_thinking=False` is
+    not: its generation prompt holds an empty `<think>` block that a rendered earlier reply
+    drops, and the stream keeps what the model saw.
+
+    Thoughts stay in the stream: later turns see every earlier reply as it was sampled, so the
+    one stream is both what the policy saw and what the learner trains on.
+    """
+
+    def __init__(self, tokenizer: transformers.PreTrainedTokenizerFast, system: str,
+                 tools: Sequence[dict] = (ACT_TOOL,), **template_kwargs):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("the tokenizer has no chat template")
+        self.end_of_turn = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        if self.end_of_turn is None or self.end_of_turn == tokenizer.unk_token_id:
+            raise ValueError(f"the tokenizer has no {END_OF_TURN} token; is it a ChatML model?")
+        self.tokenizer, self.system = tokenizer, system
+        self.tools, self.template_kwargs = list(tools), template_kwargs
+        head = self._messages(PROBE_TASK)
+        prompt = self._text(head, generation_prompt=True)
+        if ASSISTANT_START not in prompt[prompt.rfind(END_OF_TURN) + 1:]:
+            raise ValueError(f"the chat template's generation prompt has no {ASSISTANT_START!r};"
+                             " is it a ChatML template?")
+        replied = self._text(head + [PROBE_REPLY], generation_prompt=False)
+        if END_OF_TURN not in replied:
+            raise ValueError(f"the chat template closes no reply with {END_OF_TURN}")
+        self._replied = replied[: replied.rindex(END_OF_TURN) + len(END_OF_TURN)]
+        self.prefix_preserving = self._replied.startswith(prompt)
+
+    def _messages(self, task: str) -> list[dict]:
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": task}]
+
+    def _text(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=self.tools or None, tokenize=False,
+            add_generation_prompt=generation_prompt, **self.template_kwargs)
+
+    def _ids(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer(text, add_special_tokens=False)["input_ids"], np.int32)
+
+    def prompt(self, task: str) -> np.ndarray:
+        """int32 [P]: system prompt, tools, task and generation prompt."""
+        return self._ids(self._text(self._messages(task), generation_prompt=True))
+
+    def observation(self, text: str) -> np.ndarray:
+        """int32 [O]: what follows a reply's end-of-turn token when `text` comes back: the
+        template's observation block and the next generation prompt.
+
+        Raises:
+          ValueError: the template renders the earlier conversation differently once the
+            observation is added (the block would not be a prefix extension).
+        """
+        full = self._text(self._messages(PROBE_TASK) + [PROBE_REPLY, {"role": "tool",
+                                                                       "content": text}],
+                          generation_prompt=True)
+        if not full.startswith(self._replied):
+            raise ValueError("the chat template renders the conversation before an observation "
+                             "differently once the observation is added, so the observation "
+                             "block is not a prefix extension of the token stream")
+        return self._ids(full[len(self._replied):])
+
+    def after_reply(self, reply: Sequence[int], observation: str) -> np.ndarray:
+        """int32 [O]: the tokens between a sampled reply (ids) and the next one: the end-of-turn
+        token when the reply was cut before it, then `observation(observation)`."""
+        block = self.observation(observation)
+        if len(reply) and reply[-1] == self.end_of_turn:
+            return block
+        return np.concatenate([np.array([self.end_of_turn], np.int32), block])

@@ -10,7 +10,9 @@ Sampling: temperature 0 is greedy; otherwise logits / temperature, then top-k (0
 top-p (1 = off) truncation, then a categorical draw. The returned log-probabilities are those of
 the sampled tokens under softmax(logits / temperature) without truncation (temperature 0: plain
 softmax), the behaviour policy an RL learner needs for importance ratios. Finished rows keep
-running but write padding: their slots are marked invalid and their logprobs are 0.
+running but write padding: their slots are marked invalid and their logprobs are 0. A row with
+no new token (positions all -1) is idle: it samples nothing and its cache row is left as it was,
+so a caller can keep one cache for a fixed set of rows and continue only some of them.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Sampled(NamedTuple):
 
     tokens: jax.Array  # int32 [B, N] generated tokens, `pad_id` after a row finished
     logprobs: jax.Array  # float32 [B, N], 0 after a row finished
-    lengths: jax.Array  # int32 [B] generated tokens per row, stop token included
+    lengths: jax.Array  # int32 [B] generated tokens per row, stop token included (0: idle)
     cache: Cache  # with prompt and generated tokens written
     next_positions: jax.Array  # int32 [B] rotary position of each row's next token
 
@@ -171,10 +173,11 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
         and `max_tokens`.
 
     On CPU the layers and the kv cache run unstacked (see `sampling_params`; params not yet
-    prepared are prepared in every call, about the cost of one decode step, and the kv cache is
-    split into per-layer arrays and stacked again): XLA:CPU would otherwise copy each layer's
-    weights and keys and values out of the stacked arrays at every step. The returned cache is
-    stacked.
+    prepared are prepared in every call, about the cost of one decode step): XLA:CPU would
+    otherwise copy each layer's weights and keys and values out of the stacked arrays at every
+    step. The cache comes back in the layout it came in: a stacked one is split into per-layer
+    arrays and stacked again in every call, which `kv_cache.empty` avoids (it is per-layer on
+    CPU).
     """
     check_token_ids(prompt, cfg.vocab_size, "prompt")
     return compiled_generate(params, cfg, prompt, prompt_positions, cache, key,
@@ -191,9 +194,9 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
                       temperature: jax.Array = 1.0, top_k: jax.Array = 0,
                       top_p: jax.Array = 1.0, pad_id: int | jax.Array = 0) -> Sampled:
     """`generate` compiled, without the host-side check of the prompt (see `generate`)."""
-    per_layer = jax.default_backend() == "cpu"
+    restack = jax.default_backend() == "cpu" and not isinstance(cache.k, tuple)
     params = sampling_params(params, cfg)
-    if per_layer:
+    if restack:
         cache = cache._replace(k=tuple(cache.k), v=tuple(cache.v))
     batch, prompt_len = prompt.shape
     slots = cache.valid.shape[1]
@@ -204,13 +207,16 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
     logits, cache = forward(params, cfg, prompt, prompt_positions, cache, last_only=True)
     key, first_key = jax.random.split(key)
     token, logprob = sample_token(logits[:, -1], first_key, temperature, top_k, top_p)
+    active = jnp.any(prompt_positions >= 0, axis=1)
+    token = jnp.where(active, token, pad_id)
     state = _Loop(
         step=jnp.ones((), jnp.int32),
         tokens=jnp.full((batch, max_tokens), pad_id, jnp.int32).at[:, 0].set(token),
-        logprobs=jnp.zeros((batch, max_tokens), jnp.float32).at[:, 0].set(logprob),
-        lengths=jnp.ones(batch, jnp.int32),
-        done=jnp.isin(token, stop_tokens) | (budget <= 1),
-        last=token, pending=jnp.ones(batch, bool),
+        logprobs=jnp.zeros((batch, max_tokens), jnp.float32).at[:, 0].set(
+            jnp.where(active, logprob, 0.0)),
+        lengths=active.astype(jnp.int32),
+        done=jnp.isin(token, stop_tokens) | (budget <= 1) | ~active,
+        last=token, pending=active,
         pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache, key=key)
 
     def decode(s: _Loop) -> _Loop:
@@ -228,6 +234,6 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
     s = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode, state)
     _, cache = forward(params, cfg, s.last[:, None], jnp.where(s.pending, s.pos, -1)[:, None],
                        s.cache, hidden_only=True)  # writes the last token; no logits needed
-    if per_layer:
+    if restack:
         cache = cache._replace(k=jnp.stack(cache.k), v=jnp.stack(cache.v))
     return Sampled(s.tokens, s.logprobs, s.lengths, cache, s.pos + 1)

@@ -278,8 +278,14 @@ def token_terms(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
       cfg: LossConfig.
       ref_logprobs: float [B, L]; required when `cfg.kl_coef > 0`.
 
+    The behaviour terms compare the current policy with the old one (the sampler's log-probs,
+    when the batch comes from its token streams): `|log r|` and the k3 estimate `r - log r - 1`
+    of KL(old || current). Before the first update the params are the sampler's, so they
+    measure the sampler-learner numerical mismatch (about 0 in float32 on CPU).
+
     Returns:
-      {"policy", "clipped", "kl"}: float32 [B, L] each ("kl" is 0 without a reference).
+      {"policy", "clipped", "kl", "behaviour_gap", "behaviour_kl"}: float32 [B, L] each
+      ("kl" is 0 without a reference).
     """
     log_ratio = jnp.where(mask, logprobs - old_logprobs, 0.0)
     advantages = jnp.where(mask, advantages, 0.0)
@@ -287,7 +293,9 @@ def token_terms(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * advantages
     terms = {"policy": -jnp.minimum(unclipped, clipped),
-             "clipped": (clipped < unclipped).astype(jnp.float32)}
+             "clipped": (clipped < unclipped).astype(jnp.float32),
+             "behaviour_gap": jnp.abs(log_ratio),
+             "behaviour_kl": ratio - log_ratio - 1.0}
     if ref_logprobs is None:
         terms["kl"] = jnp.zeros_like(log_ratio)
     else:
@@ -315,7 +323,8 @@ def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Arr
 
     Returns:
       float32 scalars: "loss" (`policy_loss + kl_coef · kl_loss`), "policy_loss", "kl_loss"
-      (the KL aggregated like the loss), and token means "kl", "entropy", "clip_fraction".
+      (the KL aggregated like the loss), and token means "kl", "entropy", "clip_fraction",
+      "behaviour_gap" (mean |log r|) and "behaviour_kl" (k3 of KL(old || current)).
     """
     check_arrays({"logprobs": (logprobs, "b l", "f"), "entropy": (entropy, "b l", "f"),
                   "old_logprobs": (old_logprobs, "b l", "f"),
@@ -330,7 +339,9 @@ def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Arr
     return {"loss": policy_loss + cfg.kl_coef * kl_loss, "policy_loss": policy_loss,
             "kl_loss": kl_loss, "kl": jnp.sum(weights.mean * terms["kl"]),
             "entropy": jnp.sum(weights.mean * entropy),
-            "clip_fraction": jnp.sum(weights.mean * terms["clipped"])}
+            "clip_fraction": jnp.sum(weights.mean * terms["clipped"]),
+            "behaviour_gap": jnp.sum(weights.mean * terms["behaviour_gap"]),
+            "behaviour_kl": jnp.sum(weights.mean * terms["behaviour_kl"])}
 
 
 @functools.partial(jax.jit, static_argnames="cfg")

@@ -42,7 +42,8 @@ from prover_jax.learner.config import LearnerConfig
 from prover_jax.learner.optim import make_optimizer, schedule
 
 KEY_DATA_SHAPE = (2,)  # a threefry key's data
-METRICS = ("loss", "policy_loss", "kl_loss", "kl", "entropy", "clip_fraction")
+METRICS = ("loss", "policy_loss", "kl_loss", "kl", "entropy", "clip_fraction", "behaviour_gap",
+           "behaviour_kl")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +282,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
 
     Returns:
       (the next TrainState, float32 scalar metrics: loss, policy_loss, kl_loss, kl, entropy,
-      clip_fraction, grad_norm (before clipping), lr (of this update)).
+      clip_fraction, behaviour_gap and behaviour_kl (the old-vs-current log-prob mismatch of
+      `loss.token_terms`), grad_norm (before clipping), lr (of this update)).
     """
     grads, metrics = batch_gradients(state.params, batch, model_cfg=model_cfg, cfg=cfg,
                                      mesh=mesh, shardings=shardings,

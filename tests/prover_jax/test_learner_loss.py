@@ -32,6 +32,8 @@ def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, high_p
     policy = np.zeros((rows, length))
     kl = np.zeros((rows, length))
     clipped = np.zeros((rows, length))
+    gap = np.zeros((rows, length))
+    behaviour_kl = np.zeros((rows, length))
     for b in range(rows):
         for u in range(length):
             if not mask[b, u]:
@@ -41,6 +43,8 @@ def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, high_p
             clip = min(max(ratio, 1 - cfg.clip_low), 1 + cfg.clip_high) * adv[b, u]
             policy[b, u] = -min(plain, clip)
             clipped[b, u] = float(clip < plain)
+            gap[b, u] = abs(logprobs[b, u] - old[b, u])
+            behaviour_kl[b, u] = ratio - math.log(ratio) - 1  # k3 of KL(old || current)
             if ref is not None:
                 d = ref[b, u] - logprobs[b, u]
                 kl[b, u] = -d if cfg.kl_estimator == "k1" else math.exp(d) - d - 1
@@ -57,7 +61,8 @@ def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, high_p
     policy_loss_ = aggregate(policy)
     kl_loss = aggregate(kl)
     return {"loss": policy_loss_ + cfg.kl_coef * kl_loss, "policy_loss": policy_loss_,
-            "kl_loss": kl_loss, "kl": kl[mask].mean(), "clip_fraction": clipped[mask].mean()}
+            "kl_loss": kl_loss, "kl": kl[mask].mean(), "clip_fraction": clipped[mask].mean(),
+            "behaviour_gap": gap[mask].mean(), "behaviour_kl": behaviour_kl[mask].mean()}
 
 
 def random_inputs(seed: int):

@@ -231,7 +231,8 @@ def test_metrics_and_schedule(reference_run, batches):
     lr = schedule(FP32.optimizer)
     for step, metrics in enumerate(history):
         assert set(metrics) == {"loss", "policy_loss", "kl_loss", "kl", "entropy",
-                                "clip_fraction", "grad_norm", "lr"}
+                                "clip_fraction", "behaviour_gap", "behaviour_kl", "grad_norm",
+                                "lr"}
         np.testing.assert_allclose(metrics["lr"], lr(step), rtol=1e-6)
         np.testing.assert_allclose(metrics["loss"], metrics["policy_loss"]
                                    + FP32.loss.kl_coef * metrics["kl_loss"], rtol=1e-5)

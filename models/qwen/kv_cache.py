@@ -1,0 +1,136 @@
+"""A KV cache kept across the turns of many conversations, one row per conversation.
+
+`forward` writes the new tokens of every row at the same slots (`length ..`), so a row that
+prefills fewer tokens than another, or stops decoding earlier, leaves invalid slots behind.
+A long-lived cache therefore needs housekeeping, all of it here and all jitted:
+
+- `empty`: a cache in the layout `generate` runs fastest with (per-layer arrays on CPU);
+- `reset_rows`: forget some rows' conversations (their slots become invalid, their recurrent
+  state zero), so the rows can take new ones;
+- `compact`: move every row's valid slots to the front, in order, so `length` is the longest
+  row's token count again;
+- `grow`: more slots;
+- `prefill_rows`: write tokens into some rows only, through a small batch of distinct
+  sequences, each copied to every row that shares it (K continuations of one prefix, or the G
+  episodes of one task, are prefilled once).
+
+Attention masks slots by validity and by order, never by index, so none of this changes what a
+row attends to. Keys and values: [n_full, B, K, S, E] or a tuple of [B, K, S, E]; `valid`
+[B, S]; `history` [n_linear, B, ...]; `state` [n_linear, B, ...].
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from models.qwen.config import QwenConfig
+from models.qwen.model import Cache, forward, init_cache
+
+
+def empty(cfg: QwenConfig, batch: int, slots: int, dtype=jnp.float32) -> Cache:
+    """An empty cache of `batch` rows and `slots` slots; keys and values per layer on CPU."""
+    cache = init_cache(cfg, batch, slots, dtype)
+    if jax.default_backend() != "cpu":
+        return cache
+    return cache._replace(k=tuple(cache.k), v=tuple(cache.v))
+
+
+def _map_kv(fn, cache: Cache) -> Cache:
+    """Applies `fn(array, batch_axis)` to keys and values, in either layout."""
+    if isinstance(cache.k, tuple):
+        return cache._replace(k=tuple(fn(x, 0) for x in cache.k),
+                              v=tuple(fn(x, 0) for x in cache.v))
+    return cache._replace(k=fn(cache.k, 1), v=fn(cache.v, 1))
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def reset_rows(cache: Cache, rows: jax.Array) -> Cache:
+    """The cache with bool [B] `rows` emptied: no valid slot, zero recurrent state."""
+    keep = ~rows
+    return cache._replace(valid=cache.valid & keep[:, None],
+                          history=cache.history * keep[None, :, None, None].astype(
+                              cache.history.dtype),
+                          state=cache.state * keep[None, :, None, None, None])
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def compact(cache: Cache) -> Cache:
+    """The cache with each row's valid slots moved to the front, in order; `length` becomes
+    the most valid slots of any row."""
+    order = jnp.argsort(~cache.valid, axis=1, stable=True)  # [B, S]: valid slots first
+
+    def gather(x, batch_axis):
+        index = order.reshape((1,) * batch_axis + order.shape[:1] + (1,) + order.shape[1:]
+                              + (1,))
+        return jnp.take_along_axis(x, index, axis=batch_axis + 2)
+
+    cache = _map_kv(gather, cache)
+    valid = jnp.take_along_axis(cache.valid, order, axis=1)
+    return cache._replace(valid=valid, length=jnp.max(jnp.sum(valid, axis=1)).astype(jnp.int32))
+
+
+@functools.partial(jax.jit, static_argnums=1, donate_argnums=0)
+def grow(cache: Cache, slots: int) -> Cache:
+    """The cache with `slots` slots (at least as many as it has), the new ones empty."""
+    more = slots - cache.valid.shape[1]
+    if more < 0:
+        raise ValueError(f"grow: {slots} slots is fewer than the cache's "
+                         f"{cache.valid.shape[1]}")
+
+    def pad(x, batch_axis):
+        widths = [(0, 0)] * x.ndim
+        widths[batch_axis + 2] = (0, more)
+        return jnp.pad(x, widths)
+
+    cache = _map_kv(pad, cache)
+    return cache._replace(valid=jnp.pad(cache.valid, ((0, 0), (0, more))))
+
+
+def _copy_rows(into: Cache, source: Cache, sources: jax.Array) -> Cache:
+    """`into` with row b replaced by `source`'s row sources[b] wherever sources[b] >= 0."""
+    take = jnp.maximum(sources, 0)
+    copy = sources >= 0
+
+    def pick(ours, theirs, batch_axis):
+        shape = [1] * ours.ndim
+        shape[batch_axis] = -1
+        return jnp.where(copy.reshape(shape), jnp.take(theirs, take, axis=batch_axis), ours)
+
+    if isinstance(into.k, tuple):
+        k = tuple(pick(a, b, 0) for a, b in zip(into.k, source.k))
+        v = tuple(pick(a, b, 0) for a, b in zip(into.v, source.v))
+    else:
+        k, v = pick(into.k, source.k, 1), pick(into.v, source.v, 1)
+    return Cache(k, v, pick(into.valid, source.valid, 0), source.length,
+                 pick(into.history, source.history, 1), pick(into.state, source.state, 1))
+
+
+@functools.partial(jax.jit, static_argnames="cfg", donate_argnames="cache")
+def prefill_rows(params, cfg: QwenConfig, cache: Cache, tokens: jax.Array,
+                 positions: jax.Array, sources: jax.Array) -> Cache:
+    """Prefills U distinct sequences and copies each into the rows that share it.
+
+    The U sequences run as their own small batch over a fresh cache at the same slots, so rows
+    that are not prefilled cost nothing; their slots `length .. length + P - 1` stay invalid.
+
+    Args:
+      params, cfg: the model (params as `sampler.sampling_params` lays them out).
+      cache: the cache of B rows; every row that receives a sequence must be empty
+        (`reset_rows`).
+      tokens: int32 [U, P] the distinct sequences, left-padded.
+      positions: int32 [U, P] their rotary positions, -1 on padding.
+      sources: int32 [B], the sequence row b receives, -1 for none.
+
+    Returns:
+      The cache with `length` advanced by P.
+    """
+    slots = cache.valid.shape[1]
+    fresh = init_cache(cfg, tokens.shape[0], slots, cache.history.dtype)
+    if isinstance(cache.k, tuple):
+        fresh = fresh._replace(k=tuple(fresh.k), v=tuple(fresh.v))
+    fresh = fresh._replace(length=cache.length)
+    _, written = forward(params, cfg, tokens, positions, fresh, last_only=True, hidden_only=True)
+    return _copy_rows(cache, written, sources)
