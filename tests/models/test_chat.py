@@ -36,24 +36,38 @@ def qwen3_tokenizer(tmp_path_factory):
     return chat.load_tokenizer(folder)
 
 
-@pytest.fixture(scope="module")
-def trained_tokenizer(tmp_path_factory):
-    """A byte-level BPE trained here, with ChatML special tokens and Qwen3's chat template."""
+def train_tokenizer(folder: Path, template: str,
+                    special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>")):
+    """A byte-level BPE trained here on the test texts, with `template`, loaded from `folder`."""
     corpus = [*ACTIONS, *OBSERVATIONS, "You are an agent. Your task is to: heat an egg."] * 20
     bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
     bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        vocab_size=400, special_tokens=list(special_tokens),
         initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
     bpe.train_from_iterator(corpus, trainer)
-    template = json.loads((qwen3_files() / "tokenizer_config.json").read_text())["chat_template"]
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=bpe, eos_token=special_tokens[-1], pad_token="<|endoftext|>",
         chat_template=template)
-    folder = tmp_path_factory.mktemp("trained_tokenizer")
     fast.save_pretrained(folder)
     return chat.load_tokenizer(folder)
+
+
+def qwen3_template() -> str:
+    return json.loads((qwen3_files() / "tokenizer_config.json").read_text())["chat_template"]
+
+
+@pytest.fixture(scope="module")
+def trained_tokenizer(tmp_path_factory):
+    """A byte-level BPE trained here, with ChatML special tokens and Qwen3's chat template."""
+    return train_tokenizer(tmp_path_factory.mktemp("trained_tokenizer"), qwen3_template())
+
+
+@pytest.fixture(scope="module")
+def qwen25_tokenizer(tmp_path_factory):
+    """The BPE trained here with the Qwen2.5-style `chat.CHATML_TEMPLATE`."""
+    return train_tokenizer(tmp_path_factory.mktemp("qwen25_tokenizer"), chat.CHATML_TEMPLATE)
 
 
 @pytest.mark.parametrize("which", ["qwen3_tokenizer", "trained_tokenizer"])
@@ -102,10 +116,95 @@ def test_episode_ending_on_an_action_has_one_observation_less(qwen3_tokenizer):
         chat.agent_messages("sys", "task", ACTIONS, OBSERVATIONS[:1])
 
 
-def test_bad_tokenizer_folders(tmp_path, trained_tokenizer):
+def test_bad_tokenizer_folders(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no tokenizer\.json"):
         chat.load_tokenizer(tmp_path)
-    trained_tokenizer.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    flat = train_tokenizer(tmp_path, "{% for m in messages %}{{ m.content }}{% endfor %}")
     messages = chat.agent_messages("sys", "task", ACTIONS[:1], OBSERVATIONS[:1])
     with pytest.raises(ValueError, match="0 assistant blocks for 1 assistant messages"):
-        chat.render(trained_tokenizer, messages)
+        chat.render(flat, messages)
+
+
+THOUGHTS = {"none": None, "text": ["I should find the egg.", "", "Take it."],
+            "think": ["<think>\nWhere is it?\n</think>\n\n", "", "<think>\nGot it.\n</think>\n\n"]}
+
+
+def canonical_stream(tokenizer, form: chat.AgentFormat, messages: list[dict], **kwargs):
+    """The stream of an episode whose replies are exactly what the template renders for them:
+    (stream ids, the rendering's ids, the replies' ids)."""
+    text, closed = (tokenizer.apply_chat_template(messages, tools=[chat.ACT_TOOL], tokenize=False,
+                                                  add_generation_prompt=prompt, **kwargs)
+                    for prompt in (True, False))
+    replies = [tokenizer(closed[a:b], add_special_tokens=False)["input_ids"]
+               for a, b in chat.assistant_spans(closed)]
+    stream = form.prompt(messages[1]["content"]).tolist()
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    for reply, observation in zip(replies, tools):
+        stream += reply + form.after_reply(reply, observation).tolist()
+    expected = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return stream, expected, replies
+
+
+@pytest.mark.parametrize("which", ["qwen3_tokenizer", "trained_tokenizer", "qwen25_tokenizer"])
+@pytest.mark.parametrize("thoughts", sorted(THOUGHTS))
+def test_stream_of_canonical_replies_is_the_template_rendering(request, which, thoughts):
+    tokenizer = request.getfixturevalue(which)
+    form = chat.AgentFormat(tokenizer, "You are a household agent.")
+    assert form.prefix_preserving
+    messages = chat.agent_messages("You are a household agent.", "Your task is to: heat an egg.",
+                                   ACTIONS, OBSERVATIONS, THOUGHTS[thoughts])
+    stream, expected, replies = canonical_stream(tokenizer, form, messages)
+    assert stream == expected
+    assert all(reply[-1] == form.end_of_turn for reply in replies)
+
+
+def test_qwen3_without_thinking_keeps_what_the_model_saw(qwen3_tokenizer):
+    """Qwen3's no-thinking generation prompt ends in an empty think block that the template
+    drops from earlier replies: the stream keeps it before every reply, as sampled."""
+    form = chat.AgentFormat(qwen3_tokenizer, "sys", enable_thinking=False)
+    assert not form.prefix_preserving
+    messages = chat.agent_messages("sys", "task", ACTIONS, OBSERVATIONS)
+    stream, expected, replies = canonical_stream(qwen3_tokenizer, form, messages,
+                                                 enable_thinking=False)
+    assert stream != expected
+    for reply in replies:  # each reply sits in the stream as it was produced
+        assert any(stream[i:i + len(reply)] == reply for i in range(len(stream)))
+    empty_think = "<think>\n\n</think>\n\n"
+    assert qwen3_tokenizer.decode(stream).count(empty_think) == len(ACTIONS) + 1
+    assert qwen3_tokenizer.decode(form.observation("o")).endswith(
+        "<|im_start|>assistant\n" + empty_think)
+
+
+def test_a_cut_reply_is_closed_before_the_observation(qwen25_tokenizer):
+    form = chat.AgentFormat(qwen25_tokenizer, "sys")
+    block = form.observation("You see a fridge.")
+    assert qwen25_tokenizer.decode(block) == (
+        "\n<|im_start|>user\n<tool_response>\nYou see a fridge.\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n")
+    closed = form.after_reply([5, 6, form.end_of_turn], "You see a fridge.")
+    cut = form.after_reply([5, 6], "You see a fridge.")
+    assert closed.tolist() == block.tolist()
+    assert cut.tolist() == [form.end_of_turn] + block.tolist()
+
+
+def test_templates_a_stream_cannot_be_cut_from(tmp_path, qwen25_tokenizer):
+    no_template = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=qwen25_tokenizer.backend_tokenizer)
+    with pytest.raises(ValueError, match="no chat template"):
+        chat.AgentFormat(no_template, "sys")
+    no_end = train_tokenizer(tmp_path / "no_end", chat.CHATML_TEMPLATE,
+                             ("<|endoftext|>", "<|im_start|>", "</s>"))
+    with pytest.raises(ValueError, match=r"no <\|im_end\|> token"):
+        chat.AgentFormat(no_end, "sys")
+    no_prompt = chat.CHATML_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+                                             "{%- endif %}")
+    assert no_prompt != chat.CHATML_TEMPLATE
+    with pytest.raises(ValueError, match="generation prompt"):
+        chat.AgentFormat(train_tokenizer(tmp_path / "no_prompt", no_prompt), "sys")
+    # a system block that counts the messages rewrites the past whenever one is added
+    counting = chat.CHATML_TEMPLATE.replace("messages[0].content }}",
+                                            "messages[0].content + (messages | length | string) }}")
+    assert counting != chat.CHATML_TEMPLATE
+    form = chat.AgentFormat(train_tokenizer(tmp_path / "counting", counting), "sys")
+    with pytest.raises(ValueError, match="not a prefix extension"):
+        form.observation("You see a fridge.")

@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from prover_jax.batch import Batch, Message, Trajectory, bucket, pack, validate
+from prover_jax.batch import (
+    Batch,
+    Message,
+    TokenStream,
+    Trajectory,
+    bucket,
+    pack,
+    pack_streams,
+    validate,
+)
 from tests.conftest import groups
 
 
@@ -143,3 +152,34 @@ def test_trajectory_from_tokens_runs_and_errors():
         ("assistant", [6], 1)]
     with pytest.raises(ValueError, match="one length"):
         trajectory_from_tokens([1, 2], [True], [0, 0], 1.0)
+
+
+def test_streams_pack_with_their_sampler_logprobs():
+    one = TokenStream.from_turns([[1, 2, 3], [5]], [[10, 11], [12]], [[-0.5, -0.25], [-2.0]])
+    assert one.tokens.tolist() == [1, 2, 3, 10, 11, 5, 12]
+    assert one.loss_mask.tolist() == [0, 0, 0, 1, 1, 0, 1]
+    assert one.turn_ids.tolist() == [-1, -1, -1, 0, 0, -1, 1]
+    two = TokenStream.from_turns([[4]], [[20, 21, 22]], [[-1.0, -1.5, -0.5]])
+    batch, logprobs = pack_streams([[one], [two]], [[1.0], [0.0]], pad_token_id=9,
+                                   row_multiple=4)
+    assert batch.tokens.shape == logprobs.shape == (4, 16)
+    assert batch.tokens[0, :7].tolist() == one.tokens.tolist() and batch.tokens[0, 7] == 9
+    assert batch.tokens[1, :4].tolist() == two.tokens.tolist()
+    assert logprobs[0, :7].tolist() == [0, 0, 0, -0.5, -0.25, 0, -2.0]
+    assert logprobs[1, :4].tolist() == [0, -1.0, -1.5, -0.5] and not logprobs[2:].any()
+    assert batch.group_ids.tolist() == [0, 1, -1, -1] and batch.rewards.tolist()[:2] == [1, 0]
+    assert batch.turn_valid.sum(1).tolist() == [2, 1, 0, 0]
+
+
+def test_stream_errors():
+    with pytest.raises(ValueError, match="2 log-probs for 3 sampled"):
+        TokenStream.from_turns([[1]], [[2, 3, 4]], [[0.0, 0.0]])
+    with pytest.raises(ValueError, match="one per turn"):
+        TokenStream.from_turns([[1], [2]], [[3]], [[0.0]])
+    with pytest.raises(ValueError, match="at least one turn"):
+        TokenStream.from_turns([], [], [])
+    stream = TokenStream.from_turns([[1]], [[2]], [[0.0]])
+    with pytest.raises(ValueError, match="one reward per stream"):
+        pack_streams([[stream, stream]], [[1.0]])
+    with pytest.raises(ValueError, match="max_len"):
+        pack_streams([[stream]], [[1.0]], max_len=1)

@@ -37,21 +37,33 @@ def test_parse_action_never_raises_on_model_output():
         assert parse_action(reply) == reply
 
 
-def _policy(tokenizer, temperature=1.0):
-    cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=len(tokenizer), hidden_size=32,
-                          intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
-                          head_dim=8, qk_norm=True)
-    params = qwen.init_numpy(cfg, scale=0.1)
-    sampling = SamplingConfig(max_new_tokens=8, temperature=temperature, min_prompt_tokens=256)
-    return ModelPolicy(params, cfg, tokenizer, "You are a household agent.", sampling)
+CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=400, hidden_size=32,
+                      intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
+                      head_dim=8, qk_norm=True, max_position_embeddings=4096)
+PARAMS = qwen.init_numpy(CFG, scale=0.1)
 
 
-def test_model_policy_rolls_out_household(trained_tokenizer):  # noqa: F811
-    policy = _policy(trained_tokenizer)
-    tasks = [envs.Task("household", "train", i) for i in range(3)]
+def _policy(tokenizer, temperature=1.0, **sampling):
+    assert len(tokenizer) <= CFG.vocab_size
+    sampling = SamplingConfig(**{"max_new_tokens": 8, "temperature": temperature,
+                                 "min_prompt_tokens": 256, **sampling})
+    return ModelPolicy(PARAMS, CFG, tokenizer, "You are a household agent.", sampling)
+
+
+@pytest.fixture(scope="module")
+def pool():
     with EnvPool("household", 4, num_workers=1) as pool:
-        episodes = run(pool, policy, [start(t) for t in tasks], random.Random(0), max_actions=2)
-        again = run(pool, policy, [start(t) for t in tasks], random.Random(0), max_actions=2)
+        yield pool
+
+
+TASKS = [envs.Task("household", "train", i) for i in range(3)]
+
+
+def test_model_policy_rolls_out_household(trained_tokenizer, pool):  # noqa: F811
+    policy = _policy(trained_tokenizer)
+    episodes = run(pool, policy, [start(t) for t in TASKS], random.Random(0), max_actions=2)
+    again = run(pool, _policy(trained_tokenizer), [start(t) for t in TASKS], random.Random(0),
+                max_actions=2)
     assert episodes == again  # deterministic for the same rng
     stop = trained_tokenizer.convert_tokens_to_ids(END_OF_TURN)
     for episode in episodes:
@@ -64,3 +76,74 @@ def test_model_policy_rolls_out_household(trained_tokenizer):  # noqa: F811
     # The second prompt contains the first action as an act tool call and its observation.
     text = trained_tokenizer.decode(policy.prompt(episodes[0].prefix(1)).tolist())
     assert episodes[0].observations[1] in text and text.rstrip().endswith("assistant")
+
+
+def test_the_stream_is_exactly_what_was_read_and_sampled(trained_tokenizer, pool):  # noqa: F811
+    """Replies of a random model are non-canonical (no tool call, cut at max_new_tokens); the
+    stream holds them as sampled, each followed by the template's observation block."""
+    policy = _policy(trained_tokenizer)
+    episodes = run(pool, policy, [start(t) for t in TASKS], random.Random(3), max_actions=3)
+    for episode in episodes:
+        stream = episode.stream()
+        sampled = [i for a in episode.actions for i in a.token_ids]
+        assert stream.tokens[stream.loss_mask].tolist() == sampled
+        np.testing.assert_array_equal(stream.logprobs[stream.loss_mask],
+                                      np.concatenate([a.logprobs for a in episode.actions]))
+        assert not stream.logprobs[~stream.loss_mask].any()
+        assert stream.turn_ids[stream.loss_mask].tolist() == [
+            t for t, a in enumerate(episode.actions) for _ in a.token_ids]
+        contexts = [policy.format.prompt(episode.observations[0]).tolist()] + [
+            policy.format.after_reply(a.token_ids, o).tolist()
+            for a, o in zip(episode.actions, episode.observations[1:])]
+        assert [list(a.context_ids) for a in episode.actions] == contexts[:-1]
+        assert stream.tokens.tolist() == [i for a in episode.actions
+                                          for i in a.context_ids + a.token_ids]
+        assert policy.prompt(episode).tolist() == stream.tokens.tolist() + contexts[-1]
+    # a reply cut at max_new_tokens is closed by an end-of-turn token the model did not sample
+    end = policy.format.end_of_turn
+    pairs = [(a, b) for e in episodes for a, b in zip(e.actions, e.actions[1:])]
+    assert any(a.token_ids[-1] != end for a, _ in pairs)
+    for before, after in pairs:
+        assert (after.context_ids[0] == end) == (before.token_ids[-1] != end)
+
+
+def test_a_kept_cache_samples_what_a_fresh_prefill_samples(trained_tokenizer, pool):  # noqa: F811
+    """Greedy rollouts with the cache kept across turns (and prompts shared by a group) and
+    with every stream prefilled afresh each turn produce the same tokens."""
+    starts = [start(t) for t in TASKS[:2] for _ in range(2)]
+    kept, fresh = (_policy(trained_tokenizer, 0.0, reuse_cache=reuse) for reuse in (True, False))
+    ours = run(pool, kept, starts, random.Random(0), max_actions=4)
+    reference = run(pool, fresh, starts, random.Random(0), max_actions=4)
+    for a, b in zip(ours, reference):
+        assert a.stream().tokens.tolist() == b.stream().tokens.tolist()
+        np.testing.assert_allclose(a.stream().logprobs, b.stream().logprobs, atol=1e-5)
+    assert kept.stats.generated == fresh.stats.generated
+    # the fresh path prefills every stream whole at every turn; the kept one each context once,
+    # the two episodes of a task sharing all of their prompt but the last token
+    contexts = sum(len(a.context_ids) for e in ours for a in e.actions)
+    shared = sum(len(e.actions[0].context_ids) - 1 for e in ours[1::2])
+    assert kept.stats.prefilled == contexts - shared
+    assert fresh.stats.prefilled == sum(len(e.prefix(t).stream().tokens) if t else 0
+                                        for e in reference for t in range(4)) + contexts
+    # continuing prefixes (restored states, shared prefills) replays the greedy episodes
+    prefixes = [e.prefix(t) for e in ours for t in (1, 2)]
+    replayed = run(pool, kept, prefixes, random.Random(1), max_actions=3)
+    for i, (prefix, episode) in enumerate(zip(prefixes, replayed)):
+        original = ours[i // 2]
+        assert episode.actions[: prefix.num_turns] == prefix.actions
+        assert episode.prefix(4).stream().tokens.tolist() == original.stream().tokens.tolist()
+
+
+def test_context_overflow_ends_an_episode_as_truncated(trained_tokenizer, pool):  # noqa: F811
+    policy = _policy(trained_tokenizer, max_new_tokens=8)
+    prompt = len(policy.format.prompt(envs.make("household").reset(TASKS[0])))
+    tight = _policy(trained_tokenizer, max_context=prompt + 8 + 20)  # one turn, not two
+    episode = run(pool, tight, [start(TASKS[0])], random.Random(0), max_actions=3)[0]
+    assert episode.num_turns == 1
+    assert episode.done and episode.truncated and episode.overflow
+    assert tight.stats.overflows == 1
+    assert len(episode.stream().tokens) <= prompt + 8
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        _policy(trained_tokenizer, max_context=CFG.max_position_embeddings + 1)
+    with pytest.raises(ValueError, match="no room"):
+        SamplingConfig(max_new_tokens=8, max_context=8)

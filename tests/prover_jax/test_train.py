@@ -19,6 +19,9 @@ def test_train_runs_and_resumes(tmp_path):
     first = train(config, cfg, params, tokenizer, log=lambda line: None)
     assert [row["step"] for row in first] == [0]
     assert first[0]["actions"] == 2 and "vict/abstained" in first[0]
+    # the learner's first look at the sampled streams: same params, so only float rounding
+    assert first[0]["behaviour_gap"] < 1e-4 and first[0]["behaviour_kl"] < 1e-7
+    assert first[0]["overflow"] == 0
     assert "prover/eligible_groups" in first[0]
     # A second run with more steps resumes after the checkpointed step 0.
     more = train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
@@ -31,3 +34,5 @@ def test_train_config_errors():
         TrainConfig(credit="gigpo")
     with pytest.raises(ValueError, match=">= 1"):
         TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="temperature 1"):
+        TrainConfig(sampling=SamplingConfig(temperature=0.7))
