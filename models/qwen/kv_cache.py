@@ -72,7 +72,7 @@ def compact(cache: Cache) -> Cache:
     return cache._replace(valid=valid, length=jnp.max(jnp.sum(valid, axis=1)).astype(jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnums=1, donate_argnums=0)
+@functools.partial(jax.jit, static_argnums=1)  # no donation: the arrays change shape
 def grow(cache: Cache, slots: int) -> Cache:
     """The cache with `slots` slots (at least as many as it has), the new ones empty."""
     more = slots - cache.valid.shape[1]

@@ -295,7 +295,7 @@ def token_terms(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     terms = {"policy": -jnp.minimum(unclipped, clipped),
              "clipped": (clipped < unclipped).astype(jnp.float32),
              "behaviour_gap": jnp.abs(log_ratio),
-             "behaviour_kl": ratio - log_ratio - 1.0}
+             "behaviour_kl": jnp.expm1(log_ratio) - log_ratio}  # r - log r - 1 without rounding
     if ref_logprobs is None:
         terms["kl"] = jnp.zeros_like(log_ratio)
     else:
