@@ -1,11 +1,12 @@
 """The multi-turn rollout engine: many episodes at once over an environment pool.
 
 An :class:`Episode` records everything later stages need: the observations the policy saw,
-its actions (with token ids and log-probs when the policy is a model), whether the environment
-accepted each action, the snapshot after every action, and the reward. ``Episode.prefix(t)``
-cuts an episode before its turn ``t``; :func:`run` continues any mix of fresh starts and
-prefixes to termination (or for a fixed number of actions), batching one policy call and one
-pool step per turn over every live episode. This is how groups are rolled out and how ProVer
+its actions (with, for a model policy, the context tokens each read and the tokens and log-probs
+it sampled: the episode's token stream), whether the environment accepted each action, the
+snapshot after every action, and the reward. ``Episode.prefix(t)`` cuts an episode before its
+turn ``t``; :func:`run` continues any mix of fresh starts and prefixes to termination (or for a
+fixed number of actions), batching one policy call and one pool step per turn over every live
+episode. This is how groups are rolled out and how ProVer
 and SPO restore a mid-episode state and sample continuations from it.
 
 A :class:`Policy` maps contexts (the episode so far) to actions. :class:`ScriptedPolicy`
