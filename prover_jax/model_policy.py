@@ -152,6 +152,11 @@ class ModelPolicy(Policy):
         self._cache: kv_cache.Cache | None = None
         self._held: list[_Held | None] = []
 
+    @property
+    def cache_slots(self) -> int:
+        """Slots per row of the KV cache kept across turns (0 before the first call)."""
+        return 0 if self._cache is None else int(self._cache.valid.shape[1])
+
     def context(self, episode: Episode) -> np.ndarray:
         """int32 [C] the tokens the episode's next reply reads after its stream so far."""
         if episode.next_context_ids:

@@ -49,3 +49,19 @@ def test_prover_overhead_bench_runs():
     row = bench.measure(groups=2, epsilon=0.8, judge="contrastive")
     assert row["own_steps"] > 0 and row["rollout_s"] > 0
     assert row["extra_steps"] >= 0 and "| 0.8 | contrastive | 2 |" in bench.table([row])
+
+
+def test_rollout_bench_runs():
+    bench = load_bench("rollout")
+    rows = bench.run([2], model="tiny", tasks=2, group=1, max_new_tokens=4, rerun=(),
+                     in_process=True)
+    by_path = {r["path"]: r for r in rows}
+    assert set(by_path) == {"re-prefill", "cache"}
+    for r in rows:
+        assert r["episodes"] == 2 and r["actions"] == 4 and r["overflows"] == 0
+        assert r["wall_s"] > 0 and r["generated_per_s"] > 0 and r["peak_mib"] > 0
+        assert r["prefilled_per_episode"] > 0 and 0 < r["generated"] <= 2 * 2 * 4
+    # the second turn prefills only the observation block, not the whole stream again
+    assert by_path["cache"]["prefilled"] < by_path["re-prefill"]["prefilled"]
+    text = bench.table(rows)
+    assert "| re-prefill | 2 |" in text and "| cache | 2 |" in text and "| 2 | " in text
