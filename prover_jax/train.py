@@ -15,11 +15,13 @@ Pass ``--model FOLDER`` for a local Hugging Face checkpoint instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import random
 import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +42,7 @@ class TrainConfig:
     """A training run. ``credit`` is any registered method whose host side is built in."""
 
     env: str = "household"
+    split: str | None = None  # the tasks trained on (None: "train", else the env's first split)
     credit: str = "grpo"
     steps: int = 3
     groups: int = 2
@@ -95,10 +98,21 @@ def tiny_model(vocab_size: int, seed: int = 0):
     return cfg, params
 
 
-def environment_texts(env: envs.Env, episodes: int = 20, seed: int = 0) -> list[str]:
+def task_split(env: envs.Env, split: str | None) -> str:
+    """`split`, checked against the environment's splits; None picks "train" when the
+    environment has it, else its first split (tau airline has only "test")."""
+    if split is None:
+        return "train" if "train" in env.splits else env.splits[0]
+    if split not in env.splits:
+        raise ValueError(f"{env.name} has no split {split!r}; its splits: {env.splits}")
+    return split
+
+
+def environment_texts(env: envs.Env, episodes: int = 20, seed: int = 0,
+                      split: str | None = None) -> list[str]:
     """Observations and actions of expert episodes: a corpus for a tokenizer."""
     rng, texts = random.Random(seed), [env.instruction()]
-    for task in env.tasks("train")[:episodes]:
+    for task in env.tasks(task_split(env, split))[:episodes]:
         texts.append(env.reset(task))
         for _ in range(env.max_turns):
             action = env.expert_action() if rng.random() < 0.7 else env.random_action(rng)
@@ -145,14 +159,37 @@ def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int):
 
 
 def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
-    """Runs ``config.steps`` steps (resuming from ``config.checkpoint_dir``); returns the logs."""
+    """Runs ``config.steps`` steps (resuming from ``config.checkpoint_dir``); returns the logs.
+
+    Without a checkpoint directory the checkpoints go to a temporary one, removed at the end.
+
+    Raises:
+      ValueError: an unknown environment or split, or a checkpoint directory holding another
+        model's checkpoints (nothing in it is changed).
+    """
     env = envs.make(config.env)
+    tasks = env.tasks(task_split(env, config.split))
+    with contextlib.ExitStack() as stack:
+        directory = config.checkpoint_dir
+        if directory is None:
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="checkpoints-"))
+            log(f"checkpoints go to {directory}, removed at the end "
+                "(pass a checkpoint directory to keep them)")
+        return _train(config, env, tasks, cfg, params, tokenizer, Path(directory), log)
+
+
+def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, directory: Path,
+           log) -> list[dict]:
     system = env.instruction()
     learner = Learner(cfg, config.learner)
-    state = learner.init(params, rng=config.seed)
-    checkpoints = Checkpoints(config.checkpoint_dir or tempfile.mkdtemp(), keep=2)
-    state = checkpoints.restore(learner.abstract_state()) or state
-    tasks = env.tasks("train")
+    checkpoints = Checkpoints(directory, keep=2)
+    restored = checkpoints.restore(learner.abstract_state())
+    state = restored or learner.init(params, rng=config.seed)
+    done = int(state.step)
+    if restored is not None and done >= config.steps:
+        log(f"nothing to do: {directory} holds step {done} of {config.steps}")
+    elif restored is not None:
+        log(f"resumed from {directory}: {done} of {config.steps} steps done")
     history = []
     slots = config.groups * config.group_size
     with EnvPool(config.env, slots, config.workers) as pool:
@@ -192,6 +229,7 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="household")
+    parser.add_argument("--split", help="the tasks to train on (default: train, if it exists)")
     parser.add_argument("--credit", default="grpo", choices=HOST_SIDES)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--groups", type=int, default=2)
@@ -199,15 +237,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--model", help="a local Hugging Face Qwen folder (default: tiny random)")
     args = parser.parse_args(argv)
-    config = TrainConfig(env=args.env, credit=args.credit, steps=args.steps, groups=args.groups,
-                         group_size=args.group_size, checkpoint_dir=args.checkpoint_dir)
+    try:
+        config = TrainConfig(env=args.env, split=args.split, credit=args.credit,
+                             steps=args.steps, groups=args.groups, group_size=args.group_size,
+                             checkpoint_dir=args.checkpoint_dir)
+        env = envs.make(args.env)
+        split = task_split(env, args.split)
+    except ValueError as e:
+        parser.error(str(e))
     if args.model:
         from models.qwen.chat import load_tokenizer
 
         tokenizer = load_tokenizer(args.model)
         cfg, params = qwen.load(args.model)
     else:
-        tokenizer = tiny_tokenizer(environment_texts(envs.make(args.env)))
+        tokenizer = tiny_tokenizer(environment_texts(env, split=split))
         cfg, params = tiny_model(len(tokenizer))
     train(config, cfg, params, tokenizer)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,10 @@ import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
 from envs.searchqa.format import exact_match
+
+# bm25s sets its own logger to DEBUG on import, so every index build would print a line once
+# anything configures logging; its messages are warnings and above again.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 _STOPWORDS = frozenset(STOPWORDS_EN)

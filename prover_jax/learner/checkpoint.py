@@ -8,11 +8,13 @@ a `checksums.json` (SHA-256 of every file, written to a temporary file and renam
 
 `restore` walks the checkpoints newest first and takes the first that is sealed, matches its
 checksums and restores cleanly. Each one it skips raises a warning naming the step and the fault
-and is moved to `DIR/corrupt/<step>`, out of orbax's sight (so the step can be saved again)
-but kept for inspection. A restored state has the shardings of the target, so training on from it
-repeats exactly the steps an uninterrupted run would have taken, as long as the step itself is
-deterministic: it is on CPU; on GPU set `XLA_FLAGS=--xla_gpu_deterministic_ops=true` (otherwise
-atomic scatter-adds in the backward pass differ by an ulp from run to run).
+and is moved to `DIR/corrupt/<step>`, out of orbax's sight (so the step can be saved again) but
+kept for inspection. A sound checkpoint whose arrays do not fit the target (another model or
+optimizer) is an error naming the first difference, and nothing is moved. A restored state has
+the shardings of the target, so training on from it repeats exactly the steps an uninterrupted
+run would have taken, as long as the step itself is deterministic: it is on CPU; on GPU set
+`XLA_FLAGS=--xla_gpu_deterministic_ops=true` (otherwise atomic scatter-adds in the backward pass
+differ by an ulp from run to run).
 
 Single-writer: on several hosts, process 0 seals and moves checkpoints; the others only read.
 """
@@ -94,6 +96,19 @@ def fault(folder: Path) -> str | None:
     return None
 
 
+def _leaves_by_name(tree) -> dict:
+    """{"opt_state/1/0/mu/embed": leaf, ...}: one naming for dict keys, attributes and indices
+    (orbax's metadata stores a named tuple as a dict)."""
+    def name(entry) -> str:
+        for attribute in ("key", "name", "idx"):
+            if hasattr(entry, attribute):
+                return str(getattr(entry, attribute))
+        return str(entry)
+
+    return {"/".join(map(name, path)): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
 class Checkpoints:
     """Keep-last-N checkpoints of a TrainState in one directory.
 
@@ -140,6 +155,12 @@ class Checkpoints:
             folder = self.directory / str(step)
             problem = fault(folder)
             if problem is None:
+                difference = self._mismatch(step, target)
+                if difference is not None:
+                    raise ValueError(
+                        f"the checkpoint of step {step} in {self.directory} belongs to another "
+                        f"model or config: {difference}. Nothing was changed; resume with the "
+                        "model it was trained with, or use another checkpoint directory")
                 try:
                     restored = self._manager.restore(
                         step, args=ocp.args.StandardRestore(_as_dict(target)))
@@ -150,6 +171,28 @@ class Checkpoints:
                           f"; moved to {QUARANTINE}/ and falling back to an older one",
                           RuntimeWarning, stacklevel=2)
             self._quarantine(folder)
+        return None
+
+    def _mismatch(self, step: int, target: TrainState) -> str | None:
+        """The first array whose stored shape or presence differs from `target`'s, in words;
+        None when they agree (or the metadata cannot be read: restoring then decides)."""
+        try:
+            with ocp.StandardCheckpointer() as reader:
+                # "default": the item name CheckpointManager gives a single-item save
+                stored = reader.metadata(self.directory / str(step) / "default").item_metadata
+        except Exception:  # unreadable metadata is a fault for `restore` to report
+            return None
+        if stored is None:
+            return None
+        ours, theirs = (_leaves_by_name(tree) for tree in (_as_dict(target), dict(stored)))
+        for name in sorted(set(ours) | set(theirs)):
+            if name not in theirs:
+                return f"it has no {name}"
+            if name not in ours:
+                return f"it has {name}, which this run does not"
+            if tuple(theirs[name].shape) != tuple(ours[name].shape):
+                return (f"{name} has shape {tuple(theirs[name].shape)}, this run's "
+                        f"{tuple(ours[name].shape)}")
         return None
 
     def _quarantine(self, folder: Path) -> None:

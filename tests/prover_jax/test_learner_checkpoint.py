@@ -142,3 +142,16 @@ def test_killed_during_save_leaves_the_last_good_checkpoint(learner, tmp_path):
 
 if __name__ == "__main__":
     child(sys.argv[1])
+
+
+def test_a_checkpoint_of_another_model_is_an_error_that_moves_nothing(learner, tmp_path):
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.save(numbered_state(learner.init(init_params()), 1))
+    wider = dataclasses.replace(CFG, vocab_size=CFG.vocab_size + 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: nothing is quarantined
+        with pytest.raises(ValueError, match=r"another model.*opt_state/1/0/mu/embed has shape "
+                                             rf"\({CFG.vocab_size}, "):
+            checkpoints.restore(Learner(wider, FP32).abstract_state())
+    assert checkpoints.steps() == [1] and not (tmp_path / QUARANTINE).exists()
+    assert int(checkpoints.restore(learner.abstract_state()).step) == 1

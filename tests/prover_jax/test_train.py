@@ -6,7 +6,15 @@ import pytest
 
 import envs
 from prover_jax.model_policy import SamplingConfig
-from prover_jax.train import TrainConfig, environment_texts, tiny_model, tiny_tokenizer, train
+from prover_jax.train import (
+    TrainConfig,
+    environment_texts,
+    main,
+    task_split,
+    tiny_model,
+    tiny_tokenizer,
+    train,
+)
 
 
 @pytest.mark.slow
@@ -23,10 +31,21 @@ def test_train_runs_and_resumes(tmp_path):
     assert first[0]["behaviour_gap"] < 1e-4 and first[0]["behaviour_kl"] < 1e-7
     assert first[0]["overflow"] == 0
     assert "prover/eligible_groups" in first[0]
-    # A second run with more steps resumes after the checkpointed step 0.
+    # A second run with more steps resumes after the checkpointed step 0, and says so.
+    lines = []
     more = train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
-                 log=lambda line: None)
+                 log=lines.append)
     assert [row["step"] for row in more] == [1]
+    assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
+    lines.clear()
+    assert train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
+                 log=lines.append) == []
+    assert lines == [f"nothing to do: {tmp_path} holds step 2 of 2"]
+    # Another model's run in the same directory is an error that leaves the checkpoints alone.
+    other_cfg, other_params = tiny_model(len(tokenizer) + 8)
+    with pytest.raises(ValueError, match="belongs to another model"):
+        train(config, other_cfg, other_params, tokenizer, log=lambda line: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
 
 
 def test_train_config_errors():
@@ -36,3 +55,19 @@ def test_train_config_errors():
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="temperature 1"):
         TrainConfig(sampling=SamplingConfig(temperature=0.7))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--steps", "0"], ">= 1"), (["--groups", "0"], ">= 1"),
+    (["--env", "nonexistent"], "unknown environment 'nonexistent'"),
+    (["--env", "tau-airline", "--split", "train"], "no split 'train'"),
+])
+def test_bad_command_lines_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_split_defaults_to_one_the_environment_has():
+    assert task_split(envs.make("household"), None) == "train"
+    assert task_split(envs.make("tau-airline"), None) == "test"
