@@ -29,17 +29,17 @@ import envs
 from envs.pool import EnvPool
 from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
-from prover_jax import credit, judges
+from prover_jax import credit
 from prover_jax.batch import pack_streams
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.rollout import Episode, run, start
-from prover_jax.verify import VerifyConfig, prover_step
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """A training run. ``credit`` is any registered method whose host side is built in."""
+    """A training run. ``credit`` is any registered method the trainer can run
+    (`trainable_methods`); its host side reads ``judge`` and ``continuations``."""
 
     env: str = "household"
     split: str | None = None  # the tasks trained on (None: "train", else the env's first split)
@@ -59,9 +59,10 @@ class TrainConfig:
         optimizer=OptimizerConfig(learning_rate=1e-3), compute_dtype="float32"))
 
     def __post_init__(self):
-        if self.credit not in HOST_SIDES:
-            raise ValueError(f"credit {self.credit!r} has no built-in host side; "
-                             f"one of {sorted(HOST_SIDES)}")
+        method = credit.get(self.credit)
+        if not credit.registry.trainable(method):
+            raise ValueError(f"credit {self.credit!r} needs {method.rollouts} rollouts, which "
+                             f"the trainer does not run; one of {trainable_methods()}")
         if min(self.steps, self.groups, self.group_size, self.workers) < 1:
             raise ValueError("steps, groups, group_size and workers must be >= 1")
         s = self.sampling
@@ -123,32 +124,10 @@ def environment_texts(env: envs.Env, episodes: int = 20, seed: int = 0,
     return texts
 
 
-def host_inputs(method: str, env: envs.Env, groups: list[list[Episode]], pool: EnvPool, policy,
-                rng, config: TrainConfig, num_rows: int, num_turns: int) -> tuple[dict, dict]:
-    """The credit method's extra kernel inputs, and host diagnostics."""
-    inputs, logs = {}, {}
-    if "prover" in method:
-        result = prover_step(pool, policy, judges.make(config.judge), groups, rng,
-                             VerifyConfig(continuations=config.continuations), num_rows)
-        inputs.update(seg_start=result.seg_start, seg_end=result.seg_end, delta=result.delta)
-        logs.update({f"prover/{k}": v for k, v in result.diagnostics.items()})
-    if "vict" in method:
-        from vict_jax.pipeline import Rollout, batch_inputs, credit_group
-
-        credits = []
-        for group in groups:
-            rewards = np.array([e.reward for e in group], np.float32)
-            base = np.asarray(credit.grpo(rewards, np.zeros(len(group), np.int32)))
-            rollouts = [Rollout(e.states, tuple(a.text for a in e.actions), e.reward)
-                        for e in group]
-            credits.append(credit_group(env.verifier(group[0].task), rollouts, base))
-        inputs.update(batch_inputs(credits, num_rows, num_turns))
-        reasons = [r for c in credits for r in c.reasons]
-        logs["vict/abstained"] = sum(r is not None for r in reasons) / len(reasons)
-    return inputs, logs
-
-
-HOST_SIDES = ("grpo", "rloo", "prover", "vict", "prover+vict")
+def trainable_methods() -> list[str]:
+    """The registered credit methods the trainer can run (group rollouts, a host side for
+    their inputs)."""
+    return [name for name in credit.names() if credit.registry.trainable(credit.get(name))]
 
 
 def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int):
@@ -181,6 +160,9 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
 def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, directory: Path,
            log) -> list[dict]:
     system = env.instruction()
+    method = credit.get(config.credit)
+    host = None if method.host is None else method.host(
+        credit.hosts.HostOptions(judge=config.judge, continuations=config.continuations))
     learner = Learner(cfg, config.learner)
     checkpoints = Checkpoints(directory, keep=2)
     restored = checkpoints.restore(learner.abstract_state())
@@ -207,8 +189,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
                       for g in range(config.groups)]
             batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings)
             rows, turns = batch.turn_valid.shape
-            inputs, logs = host_inputs(config.credit, env, groups, pool, policy, rng, config,
-                                       rows, turns)
+            inputs, logs = ({}, {}) if host is None else host(
+                credit.hosts.HostContext(env, groups, pool, policy, rng, rows, turns))
             del policy  # its sampling copy of the weights
             advantages = credit.compute(config.credit, batch, inputs).tokens
             state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))
@@ -230,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="household")
     parser.add_argument("--split", help="the tasks to train on (default: train, if it exists)")
-    parser.add_argument("--credit", default="grpo", choices=HOST_SIDES)
+    parser.add_argument("--credit", default="grpo", choices=trainable_methods())
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)

@@ -24,6 +24,8 @@ from prover_jax.batch import Batch
 from prover_jax.checks import check_arrays, check_int32_range
 from prover_jax.credit.criticsearch import criticsearch
 from prover_jax.credit.gigpo import episode_advantage, gigpo
+from prover_jax.credit.hosts import BUILT_IN as BUILT_IN_HOSTS
+from prover_jax.credit.hosts import HostFactory
 from prover_jax.credit.outcome import Scale, grpo, rloo
 from prover_jax.credit.prover import prover
 from prover_jax.credit.spo import spo_chain, spo_tree
@@ -56,6 +58,11 @@ class CreditMethod:
       description: one line for `--help` and the README.
       check_values: optional host-side check (batch, inputs, config) of input values (raises
         ValueError).
+      host: the host side that produces `inputs` from a training step's rollouts
+        (`hosts.HostFactory`); None when there are no inputs to produce.
+      rollouts: what the method's rollouts are: "groups" (G episodes per task), "trees"
+        (spo-tree's rollout trees) or "scheduled-groups" (budget-matched-grpo's group-size
+        schedule). The trainer runs "groups" only.
     """
 
     name: str
@@ -64,6 +71,8 @@ class CreditMethod:
     config_type: type
     description: str
     check_values: Callable[[Batch, Mapping[str, Any], Any], None] | None = None
+    host: HostFactory | None = None
+    rollouts: Literal["groups", "trees", "scheduled-groups"] = "groups"
 
 
 _REGISTRY: dict[str, CreditMethod] = {}
@@ -85,6 +94,11 @@ def _load_plugins() -> None:
     _plugins_loaded = True
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         entry.load()()
+
+
+def trainable(method: CreditMethod) -> bool:
+    """Whether the trainer can run `method`: group rollouts, and a host side for its inputs."""
+    return method.rollouts == "groups" and (method.host is not None or not method.inputs)
 
 
 def names() -> list[str]:
@@ -318,7 +332,8 @@ def _check_criticsearch(batch: Batch, inputs, config) -> None:
 for _method in (
     CreditMethod("grpo", _grpo, {}, GrpoConfig, "GRPO, mean-centred (or std-scaled) outcome"),
     CreditMethod("budget-matched-grpo", _grpo, {}, BudgetMatchedConfig,
-                 "GRPO with a group-size schedule matching another run's rollout budget"),
+                 "GRPO with a group-size schedule matching another run's rollout budget",
+                 rollouts="scheduled-groups"),
     CreditMethod("rloo", _rloo, {}, GrpoConfig, "leave-one-out outcome baseline"),
     CreditMethod("prover", _prover,
                  {"seg_start": ("b", "i"), "seg_end": ("b", "i"), "delta": ("b", "f")},
@@ -332,10 +347,11 @@ for _method in (
     CreditMethod("spo-tree", _spo_tree,
                  {"tree_parents": ("g n", "i"), "tree_leaf_rewards": ("g n", "f"),
                   "tree_ids": ("b", "i"), "turn_nodes": ("b t", "i")},
-                 GrpoConfig, "branch advantages of a 2-2-2 rollout tree", _check_spo_tree),
+                 GrpoConfig, "branch advantages of a 2-2-2 rollout tree", _check_spo_tree,
+                 rollouts="trees"),
     CreditMethod("criticsearch", _criticsearch,
                  {"critic_labels": ("b t", "i"), "critic_labelled": ("b", "b")},
                  CriticSearchConfig, "0.75 GRPO + 0.25 LLM-critic turn labels",
                  _check_criticsearch),
 ):
-    register(_method)
+    register(dataclasses.replace(_method, host=BUILT_IN_HOSTS.get(_method.name)))

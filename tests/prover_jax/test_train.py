@@ -49,8 +49,10 @@ def test_train_runs_and_resumes(tmp_path):
 
 
 def test_train_config_errors():
-    with pytest.raises(ValueError, match="host side"):
-        TrainConfig(credit="gigpo")
+    with pytest.raises(ValueError, match="needs trees rollouts"):
+        TrainConfig(credit="spo-tree")
+    with pytest.raises(ValueError, match="unknown credit method"):
+        TrainConfig(credit="nonexistent")
     with pytest.raises(ValueError, match=">= 1"):
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="temperature 1"):
