@@ -3,9 +3,10 @@
 One step: ``groups`` tasks, ``group_size`` episodes each, sampled by :class:`ModelPolicy` over an
 environment pool; the chosen credit method's host side (ProVer's judge and verification, VICT's
 trace and cores) and its jitted kernel; the episodes' token streams, exactly as sampled, packed
-into a padded batch with the sampler's log-probs as the old policy's; one learner step; a
-checkpoint. A killed run resumes from its last checkpoint (the step counter says which tasks
-come next).
+into a padded batch with the sampler's log-probs as the old policy's; one learner step; the
+step's metrics appended to the run directory's ``metrics.jsonl``, and every
+``checkpoint_every`` steps a checkpoint. A killed run resumes from its last checkpoint (the step
+counter says which tasks come next).
 
 ``python -m prover_jax.train`` runs a small default: a tiny random Qwen3 with a byte-level BPE
 tokenizer trained on the environment's own texts (nothing is downloaded), on household tasks.
@@ -17,12 +18,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import random
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import jax
 import numpy as np
 
 import envs
@@ -34,6 +37,8 @@ from prover_jax.batch import pack_streams
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.rollout import Episode, run, start
+
+CONFIG_FILE, METRICS_FILE, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +57,8 @@ class TrainConfig:
     seed: int = 0
     judge: str = "contrastive"
     continuations: int = 4
-    checkpoint_dir: str | None = None
+    run_dir: str | None = None
+    checkpoint_every: int = 10  # steps between checkpoints (the last step is always saved)
     sampling: SamplingConfig = dataclasses.field(
         default_factory=lambda: SamplingConfig(max_new_tokens=16))
     learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
@@ -63,8 +69,10 @@ class TrainConfig:
         if not credit.registry.trainable(method):
             raise ValueError(f"credit {self.credit!r} needs {method.rollouts} rollouts, which "
                              f"the trainer does not run; one of {trainable_methods()}")
-        if min(self.steps, self.groups, self.group_size, self.workers) < 1:
-            raise ValueError("steps, groups, group_size and workers must be >= 1")
+        if min(self.steps, self.groups, self.group_size, self.workers,
+               self.checkpoint_every) < 1:
+            raise ValueError("steps, groups, group_size, workers and checkpoint_every must be "
+                             ">= 1")
         s = self.sampling
         if (s.temperature, s.top_k, s.top_p) != (1.0, 0, 1.0):
             raise ValueError("the learner scores tokens under the model's plain softmax, so the "
@@ -138,23 +146,93 @@ def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int):
 
 
 def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
-    """Runs ``config.steps`` steps (resuming from ``config.checkpoint_dir``); returns the logs.
+    """Runs ``config.steps`` steps in the run directory ``config.run_dir`` (resuming from its
+    last checkpoint); returns the metrics of the steps it ran.
 
-    Without a checkpoint directory the checkpoints go to a temporary one, removed at the end.
+    The run directory holds ``config.json`` (the resolved config), ``metrics.jsonl`` (one line
+    per step) and ``checkpoints/``. Without one, a temporary directory is used and removed at
+    the end.
 
     Raises:
-      ValueError: an unknown environment or split, or a checkpoint directory holding another
-        model's checkpoints (nothing in it is changed).
+      ValueError: an unknown environment or split; a run directory holding another config
+        (anything but ``steps`` differs) or another model's checkpoints (nothing in it is
+        changed).
     """
     env = envs.make(config.env)
     tasks = env.tasks(task_split(env, config.split))
     with contextlib.ExitStack() as stack:
-        directory = config.checkpoint_dir
+        directory = config.run_dir
         if directory is None:
-            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="checkpoints-"))
-            log(f"checkpoints go to {directory}, removed at the end "
-                "(pass a checkpoint directory to keep them)")
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="run-"))
+            log(f"the run writes to {directory}, removed at the end "
+                "(pass a run directory to keep it)")
         return _train(config, env, tasks, cfg, params, tokenizer, Path(directory), log)
+
+
+def config_dict(config: TrainConfig) -> dict:
+    """The config as JSON-compatible nested dicts."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+RESUMABLE_CHANGES = ("steps", "run_dir")  # what a resumed run may change
+
+
+def check_run_config(directory: Path, config: TrainConfig) -> None:
+    """Raises a ValueError naming every setting in which ``config`` differs from the one the
+    run directory was started with (`RESUMABLE_CHANGES` may differ)."""
+    path = directory / CONFIG_FILE
+    if path.exists():
+        stored, ours = _flat(json.loads(path.read_text())), _flat(config_dict(config))
+        differing = sorted(k for k in set(stored) | set(ours)
+                           if k not in RESUMABLE_CHANGES and stored.get(k) != ours.get(k))
+        if differing:
+            details = ", ".join(f"{k}: {stored.get(k)!r} -> {ours.get(k)!r}"
+                                for k in differing[:5])
+            raise ValueError(f"{directory} holds a run with another config ({details}); "
+                             "nothing was changed: resume with the same config or use another "
+                             "run directory")
+
+
+def write_run_config(directory: Path, config: TrainConfig) -> None:
+    """Writes ``config`` as the run directory's resolved config, atomically."""
+    path = directory / CONFIG_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(config_dict(config), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _keep_metrics(path: Path, steps_done: int) -> None:
+    """Drops the metric lines of steps after the last checkpoint (a resumed run redoes them)."""
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines()
+             if line.strip() and json.loads(line)["step"] < steps_done]
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def step_metrics(episodes: Sequence[Episode], learner_metrics: dict, host_logs: dict,
+                 seconds: dict) -> dict:
+    """One step's metrics under their stable names."""
+    return {
+        "reward/mean": float(np.mean([e.reward for e in episodes])),
+        "success/rate": float(np.mean([e.reward >= 1.0 for e in episodes])),
+        "episode/actions": float(np.mean([e.num_turns for e in episodes])),
+        "episode/valid_actions": float(np.mean([v for e in episodes for v in e.valid] or [0.0])),
+        "episode/overflow": float(np.mean([e.overflow for e in episodes])),
+        **{f"learner/{k}": float(v) for k, v in learner_metrics.items()},
+        **{f"credit/{k}": float(v) for k, v in host_logs.items()},
+        **{f"time/{k}_s": v for k, v in seconds.items()},
+    }
 
 
 def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, directory: Path,
@@ -164,20 +242,24 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     host = None if method.host is None else method.host(
         credit.hosts.HostOptions(judge=config.judge, continuations=config.continuations))
     learner = Learner(cfg, config.learner)
-    checkpoints = Checkpoints(directory, keep=2)
+    check_run_config(directory, config)
+    checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
     restored = checkpoints.restore(learner.abstract_state())
+    write_run_config(directory, config)
     state = restored or learner.init(params, rng=config.seed)
     done = int(state.step)
     if restored is not None and done >= config.steps:
         log(f"nothing to do: {directory} holds step {done} of {config.steps}")
     elif restored is not None:
         log(f"resumed from {directory}: {done} of {config.steps} steps done")
+    metrics_file = directory / METRICS_FILE
+    _keep_metrics(metrics_file, done)
     history = []
     slots = config.groups * config.group_size
-    with EnvPool(config.env, slots, config.workers) as pool:
+    with EnvPool(config.env, slots, config.workers) as pool, metrics_file.open("a") as out:
         while int(state.step) < config.steps:
             step = int(state.step)
-            began = time.perf_counter()
+            laps = Laps()
             rng = random.Random(config.seed * 1_000_003 + step)
             policy = ModelPolicy(state.params, cfg, tokenizer, system, config.sampling)
             chosen = [tasks[(step * config.groups + g) % len(tasks)]
@@ -188,24 +270,39 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             groups = [episodes[g * config.group_size:(g + 1) * config.group_size]
                       for g in range(config.groups)]
             batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings)
+            laps.lap("rollout")
             rows, turns = batch.turn_valid.shape
             inputs, logs = ({}, {}) if host is None else host(
                 credit.hosts.HostContext(env, groups, pool, policy, rng, rows, turns))
             del policy  # its sampling copy of the weights
             advantages = credit.compute(config.credit, batch, inputs).tokens
+            laps.lap("credit")
             state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))
-            checkpoints.save(state)
-            row = {"step": step, "reward": float(np.mean([e.reward for e in episodes])),
-                   "actions": float(np.mean([e.num_turns for e in episodes])),
-                   "valid": float(np.mean([v for e in episodes for v in e.valid] or [0.0])),
-                   "overflow": float(np.mean([e.overflow for e in episodes])),
-                   **{k: float(v) for k, v in metrics.items()}, **logs,
-                   "seconds": time.perf_counter() - began}
+            metrics = jax.device_get(metrics)
+            laps.lap("learner")
+            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                checkpoints.save(state)
+            laps.lap("checkpoint")
+            row = {"step": step, **step_metrics(episodes, metrics, logs, laps.seconds)}
+            out.write(json.dumps(row) + "\n")
+            out.flush()
             history.append(row)
             log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()))
     checkpoints.close()
     return history
+
+
+class Laps:
+    """Wall-clock seconds of consecutive phases: `lap(name)` ends the phase since the last."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name], self._last = now - self._last, now
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -216,13 +313,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--checkpoint-dir")
+    parser.add_argument("--run-dir", help="config, metrics and checkpoints (resumed if present)")
+    parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--model", help="a local Hugging Face Qwen folder (default: tiny random)")
     args = parser.parse_args(argv)
     try:
         config = TrainConfig(env=args.env, split=args.split, credit=args.credit,
                              steps=args.steps, groups=args.groups, group_size=args.group_size,
-                             checkpoint_dir=args.checkpoint_dir)
+                             run_dir=args.run_dir, checkpoint_every=args.checkpoint_every)
         env = envs.make(args.env)
         split = task_split(env, args.split)
     except ValueError as e:

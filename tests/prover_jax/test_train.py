@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import envs
@@ -22,30 +24,43 @@ def test_train_runs_and_resumes(tmp_path):
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
     cfg, params = tiny_model(len(tokenizer))
     config = TrainConfig(credit="prover+vict", steps=1, groups=2, group_size=2, max_actions=2,
-                         workers=1, checkpoint_dir=str(tmp_path), continuations=2,
+                         workers=1, run_dir=str(tmp_path), continuations=2,
                          sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512))
     first = train(config, cfg, params, tokenizer, log=lambda line: None)
     assert [row["step"] for row in first] == [0]
-    assert first[0]["actions"] == 2 and "vict/abstained" in first[0]
+    row = first[0]
+    assert row["episode/actions"] == 2 and "credit/vict/abstained" in row
+    assert "credit/prover/eligible_groups" in row and row["episode/overflow"] == 0
     # the learner's first look at the sampled streams: same params, so only float rounding
-    assert first[0]["behaviour_gap"] < 1e-4 and first[0]["behaviour_kl"] < 1e-7
-    assert first[0]["overflow"] == 0
-    assert "prover/eligible_groups" in first[0]
-    # A second run with more steps resumes after the checkpointed step 0, and says so.
+    assert row["learner/behaviour_gap"] < 1e-4 and row["learner/behaviour_kl"] < 1e-7
+    assert set(k for k in row if k.startswith("time/")) == {
+        "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s"}
+    assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
+    # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
+    metrics = tmp_path / "metrics.jsonl"
+    with metrics.open("a") as f:
+        f.write(json.dumps({"step": 1, "reward/mean": -1.0}) + "\n")
     lines = []
     more = train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
                  log=lines.append)
     assert [row["step"] for row in more] == [1]
     assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
+    logged = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert logged == json.loads(json.dumps(first + more))
     lines.clear()
     assert train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
                  log=lines.append) == []
     assert lines == [f"nothing to do: {tmp_path} holds step 2 of 2"]
-    # Another model's run in the same directory is an error that leaves the checkpoints alone.
+    # Another config or another model in the same directory is an error that changes nothing.
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(ValueError, match=r"another config \(group_size: 2 -> 4\)"):
+        train(TrainConfig(**{**config.__dict__, "group_size": 4}), cfg, params, tokenizer,
+              log=lambda line: None)
     other_cfg, other_params = tiny_model(len(tokenizer) + 8)
     with pytest.raises(ValueError, match="belongs to another model"):
         train(config, other_cfg, other_params, tokenizer, log=lambda line: None)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
 
 
 def test_train_config_errors():
