@@ -5,8 +5,9 @@ environment pool; the chosen credit method's host side (ProVer's judge and verif
 trace and cores) and its jitted kernel; the episodes' token streams, exactly as sampled, packed
 into a padded batch with the sampler's log-probs as the old policy's; one learner step; the
 step's metrics appended to the run directory's ``metrics.jsonl``, and every
-``checkpoint_every`` steps a checkpoint. A killed run resumes from its last checkpoint (the step
-counter says which tasks come next).
+``checkpoint_every`` steps a checkpoint. A killed run resumes from its last checkpoint exactly:
+the checkpointed state's data position says which tasks come next, and its key every random
+draw of the host side (rollouts, judges, continuations).
 
 ``python -m prover_jax.train`` runs a small default: a tiny random Qwen3 with a byte-level BPE
 tokenizer trained on the environment's own texts (nothing is downloaded), on household tasks.
@@ -260,10 +261,10 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
         while int(state.step) < config.steps:
             step = int(state.step)
             laps = Laps()
-            rng = random.Random(config.seed * 1_000_003 + step)
+            rng, next_key = step_rng(state.rng)
+            position = int(state.data_position)
+            chosen = [task_at(tasks, position + g, config.seed) for g in range(config.groups)]
             policy = ModelPolicy(state.params, cfg, tokenizer, system, config.sampling)
-            chosen = [tasks[(step * config.groups + g) % len(tasks)]
-                      for g in range(config.groups)]
             episodes = run(pool, policy, [start(t) for t in chosen
                                           for _ in range(config.group_size)],
                            rng, config.max_actions)
@@ -278,6 +279,10 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             advantages = credit.compute(config.credit, batch, inputs).tokens
             laps.lap("credit")
             state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))
+            state = dataclasses.replace(
+                state, rng=jax.device_put(next_key, state.rng.sharding),
+                data_position=jax.device_put(np.int32(position + config.groups),
+                                             state.data_position.sharding))
             metrics = jax.device_get(metrics)
             laps.lap("learner")
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
@@ -291,6 +296,22 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
                          for k, v in row.items()))
     checkpoints.close()
     return history
+
+
+def step_rng(key_data: jax.Array) -> tuple[random.Random, jax.Array]:
+    """One step's host randomness (rollouts, judges, continuations) drawn from the
+    checkpointed key data uint32 [2], and the key data the next step draws from."""
+    key, step_key = jax.random.split(jax.random.wrap_key_data(key_data))
+    seed = int.from_bytes(np.asarray(jax.random.key_data(step_key)).tobytes(), "little")
+    return random.Random(seed), jax.random.key_data(key)
+
+
+def task_at(tasks: Sequence, position: int, seed: int):
+    """The task at `position` of the data stream: the tasks in a fresh seeded order each
+    epoch (a pass over all of them)."""
+    epoch, index = divmod(position, len(tasks))
+    order = np.random.default_rng([seed, epoch]).permutation(len(tasks))
+    return tasks[int(order[index])]
 
 
 class Laps:
