@@ -35,6 +35,8 @@ from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
 from prover_jax import credit
 from prover_jax.batch import pack_streams
+from prover_jax.config import load as load_config
+from prover_jax.config import to_dict
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.rollout import Episode, run, start
@@ -170,11 +172,6 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
         return _train(config, env, tasks, cfg, params, tokenizer, Path(directory), log)
 
 
-def config_dict(config: TrainConfig) -> dict:
-    """The config as JSON-compatible nested dicts."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
-
-
 def _flat(tree: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in tree.items():
@@ -193,7 +190,7 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
     run directory was started with (`RESUMABLE_CHANGES` may differ)."""
     path = directory / CONFIG_FILE
     if path.exists():
-        stored, ours = _flat(json.loads(path.read_text())), _flat(config_dict(config))
+        stored, ours = _flat(json.loads(path.read_text())), _flat(to_dict(config))
         differing = sorted(k for k in set(stored) | set(ours)
                            if k not in RESUMABLE_CHANGES and stored.get(k) != ours.get(k))
         if differing:
@@ -208,7 +205,7 @@ def write_run_config(directory: Path, config: TrainConfig) -> None:
     """Writes ``config`` as the run directory's resolved config, atomically."""
     path = directory / CONFIG_FILE
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(config_dict(config), indent=2) + "\n")
+    tmp.write_text(json.dumps(to_dict(config), indent=2) + "\n")
     tmp.replace(path)
 
 
@@ -326,25 +323,30 @@ class Laps:
         self.seconds[name], self._last = now - self._last, now
 
 
+SHORTHANDS = {"env": str, "split": str, "credit": str, "steps": int, "groups": int,
+              "group_size": int, "run_dir": str, "checkpoint_every": int}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="household")
-    parser.add_argument("--split", help="the tasks to train on (default: train, if it exists)")
-    parser.add_argument("--credit", default="grpo", choices=trainable_methods())
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--groups", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--run-dir", help="config, metrics and checkpoints (resumed if present)")
-    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Settings apply in order: TrainConfig's defaults, --config, the shorthand flags, "
+               "--set. Credit methods: " + ", ".join(trainable_methods()))
+    parser.add_argument("--config", help="a YAML file of TrainConfig settings (e.g. configs/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dotted setting, e.g. learner.optimizer.learning_rate=1e-6")
+    for name, kind in SHORTHANDS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
+                            help=f"shorthand for --set {name}=...")
     parser.add_argument("--model", help="a local Hugging Face Qwen folder (default: tiny random)")
     args = parser.parse_args(argv)
+    shorthands = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
+                  if getattr(args, name) is not None]
     try:
-        config = TrainConfig(env=args.env, split=args.split, credit=args.credit,
-                             steps=args.steps, groups=args.groups, group_size=args.group_size,
-                             run_dir=args.run_dir, checkpoint_every=args.checkpoint_every)
-        env = envs.make(args.env)
-        split = task_split(env, args.split)
-    except ValueError as e:
+        config = load_config(TrainConfig, args.config, shorthands + args.set)
+        env = envs.make(config.env)
+        split = task_split(env, config.split)
+    except (ValueError, OSError) as e:
         parser.error(str(e))
     if args.model:
         from models.qwen.chat import load_tokenizer

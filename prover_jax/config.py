@@ -1,0 +1,137 @@
+"""Frozen config dataclasses from YAML files and dotted command-line overrides.
+
+The dataclasses are the single source of defaults: a file or an override names only what it
+changes, and the rest keeps the defaults of the dataclass tree (default factories included).
+`load(TrainConfig, "run.yaml", ["learner.optimizer.learning_rate=1e-6"])` reads the file,
+applies the overrides (each value parsed as YAML: `1e-6`, `true`, `null`, `[1, 2]`) and builds
+the tree, checking every value against its field's type annotation. An unknown key or a value
+of the wrong type is a ValueError naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+def to_dict(config: Any) -> dict:
+    """A config dataclass as nested plain dicts (lists for tuples)."""
+    def plain(value):
+        if dataclasses.is_dataclass(value):
+            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(config)
+
+
+def merge(base: dict, changes: Mapping) -> dict:
+    """`base` with `changes` merged in, nested dicts key by key."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def override(data: dict, assignment: str) -> dict:
+    """`data` with one `dotted.key=value` assignment applied (the value parsed as YAML)."""
+    key, sep, text = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {assignment!r}: expected dotted.key=value")
+    value: Any = yaml.safe_load(text) if text.strip() else ""
+    for part in reversed(key.strip().split(".")):
+        value = {part: value}
+    return merge(data, value)
+
+
+def build(cls: type[T], data: Mapping, where: str = "") -> T:
+    """An instance of config dataclass `cls` from `data` (missing keys: `cls`'s defaults).
+
+    Raises:
+      ValueError: a key `cls` has no field for, or a value its annotation rejects, naming the
+        dotted key; or what the dataclass itself rejects.
+    """
+    if not isinstance(data, Mapping):  # a bad setting, like any other: a ValueError
+        where = where.rstrip(".") or "config"
+        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")  # noqa: TRY004
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise ValueError(f"unknown key {where}{unknown[0]}; {cls.__name__} has "
+                         f"{', '.join(sorted(fields))}")
+    values = {name: _value(hints[name], data[name], f"{where}{name}") for name in data}
+    return cls(**values)
+
+
+def _value(hint: Any, value: Any, key: str) -> Any:
+    """`value` checked (and converted: int to float, list to tuple) against `hint`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, f"{key}.")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return _value(option, value, key)
+            except ValueError as e:
+                errors.append(str(e))
+        raise ValueError(errors[0] if len(errors) == 1 else
+                         f"{key}: {value!r} is not a {_name(hint)}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ValueError(f"{key}: {value!r} is not one of {list(args)}")
+        return value
+    if hint is Any or origin in (Mapping, dict) or hint in (Mapping, dict):
+        return value
+    if origin in (tuple, Sequence, list):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key}: expected a list, got {value!r}")
+        item = args[0] if args else Any
+        return tuple(_value(item, v, f"{key}[{i}]") for i, v in enumerate(value))
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-6 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if hint in (int, str, bool) and type(value) is hint:
+        return value
+    raise ValueError(f"{key}: expected {_name(hint)}, got {value!r}")
+
+
+def _name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint))
+
+
+def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (),
+         defaults: T | None = None) -> T:
+    """A `cls` config: `defaults` (default: `cls()`), then the YAML file at `path`, then each
+    `dotted.key=value` override, checked as `build` does."""
+    data = to_dict(defaults if defaults is not None else cls())
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if loaded is not None:
+            if not isinstance(loaded, Mapping):
+                raise ValueError(f"{path}: expected a mapping of settings at the top level")
+            data = merge(data, loaded)
+    for assignment in overrides:
+        data = override(data, assignment)
+    return build(cls, data)
