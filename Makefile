@@ -18,7 +18,7 @@ $(VENV)/.test: $(VENV)/.base
 	touch $@
 
 demo: $(VENV)/.base
-	$(PY) -m prover_jax.train
+	$(PY) -m prover_jax.train --run-dir runs/demo
 
 test: $(VENV)/.test
 	$(PYTEST)

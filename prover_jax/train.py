@@ -28,6 +28,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from tensorboardX import SummaryWriter
 
 import envs
 from envs.pool import EnvPool
@@ -39,9 +40,11 @@ from prover_jax.config import load as load_config
 from prover_jax.config import to_dict
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
+from prover_jax.plot import plot_run
 from prover_jax.rollout import Episode, run, start
 
 CONFIG_FILE, METRICS_FILE, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints"
+TENSORBOARD = "tensorboard"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,8 +156,9 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
     last checkpoint); returns the metrics of the steps it ran.
 
     The run directory holds ``config.json`` (the resolved config), ``metrics.jsonl`` (one line
-    per step) and ``checkpoints/``. Without one, a temporary directory is used and removed at
-    the end.
+    per step, the same scalars as TensorBoard events in ``tensorboard/``), ``checkpoints/`` and
+    ``plots/`` (drawn at the end, `prover_jax.plot`). Without one, a temporary directory is
+    used and removed at the end.
 
     Raises:
       ValueError: an unknown environment or split; a run directory holding another config
@@ -254,6 +258,7 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     _keep_metrics(metrics_file, done)
     history = []
     slots = config.groups * config.group_size
+    board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
     with EnvPool(config.env, slots, config.workers) as pool, metrics_file.open("a") as out:
         while int(state.step) < config.steps:
             step = int(state.step)
@@ -288,10 +293,17 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             row = {"step": step, **step_metrics(episodes, metrics, logs, laps.seconds)}
             out.write(json.dumps(row) + "\n")
             out.flush()
+            for key, value in row.items():
+                if key != "step":
+                    board.add_scalar(key, value, step)
+            board.flush()
             history.append(row)
             log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()))
     checkpoints.close()
+    board.close()
+    if history:
+        plot_run(directory)
     return history
 
 

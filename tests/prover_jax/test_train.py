@@ -40,6 +40,9 @@ def test_train_runs_and_resumes(tmp_path):
     assert set(k for k in row if k.startswith("time/")) == {
         "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s"}
     assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "credit.png", "time.png", "training.png"]
+    assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
     metrics = tmp_path / "metrics.jsonl"
     with metrics.open("a") as f:

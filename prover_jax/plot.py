@@ -1,0 +1,99 @@
+"""Plots of a training run's metrics: ``python -m prover_jax.plot RUN_DIR``.
+
+Reads ``RUN_DIR/metrics.jsonl`` and writes PNGs to ``RUN_DIR/plots/``:
+
+- ``training.png``: reward, success rate, KL to the reference and to the sampler, entropy and
+  gradient norm against the step;
+- ``credit.png``: every diagnostic of the run's credit method (``credit/...``), one panel each;
+- ``time.png``: seconds per step by phase (rollout, credit, learner, checkpoint).
+
+The trainer redraws them at the end of a run; this command redraws them at any time, e.g.
+while a run is going.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+TRAINING = (("reward/mean", "reward"), ("success/rate", "success rate"),
+            ("learner/kl", "KL to the reference"), ("learner/behaviour_kl", "KL to the sampler"),
+            ("learner/entropy", "entropy"), ("learner/grad_norm", "gradient norm"))
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The run's metric rows, in step order (one per step; a resumed run's last line wins)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no metrics (is {run_dir} a run directory?)")
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["step"]] = row
+    return [rows[step] for step in sorted(rows)]
+
+
+def _panels(figure_path: Path, rows: list[dict], panels: Sequence[tuple[str, str]],
+            title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    columns = min(3, len(panels))
+    lines = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 2.8 * lines),
+                                squeeze=False)
+    for ax, (key, label) in zip(axes.flat, panels):
+        points = [(r["step"], r[key]) for r in rows if key in r]
+        if points:
+            ax.plot(*zip(*points), marker="o" if len(points) < 30 else None, markersize=3)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    figure_path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(figure_path, dpi=110)
+    plt.close(figure)
+    return figure_path
+
+
+def plot_run(run_dir: str | Path) -> list[Path]:
+    """Draws the run's plots into ``run_dir/plots``; returns the files written."""
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    keys = sorted({k for r in rows for k in r})
+    out = run_dir / "plots"
+    written = [_panels(out / "training.png", rows, TRAINING, f"training: {run_dir.name}")]
+    credit = [(k, k.removeprefix("credit/")) for k in keys if k.startswith("credit/")]
+    if credit:
+        written.append(_panels(out / "credit.png", rows, credit, "credit diagnostics"))
+    times = [(k, k.removeprefix("time/")) for k in keys if k.startswith("time/")]
+    if times:
+        written.append(_panels(out / "time.png", rows, times, "seconds per step"))
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", help="a training run directory (with metrics.jsonl)")
+    args = parser.parse_args(argv)
+    try:
+        for path in plot_run(args.run_dir):
+            print(path)
+    except FileNotFoundError as e:
+        parser.error(str(e))
+
+
+if __name__ == "__main__":
+    main()

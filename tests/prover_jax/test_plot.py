@@ -1,0 +1,29 @@
+"""A run directory's plots: drawn from metrics.jsonl, a panel per credit diagnostic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prover_jax.plot import main, plot_run, read_metrics
+
+
+def test_plots_are_drawn_from_the_metrics(tmp_path):
+    rows = [{"step": s, "reward/mean": s / 4, "success/rate": s / 8, "learner/kl": 0.0,
+             "learner/entropy": 2.0 - s / 10, "credit/prover/acceptance_rate": 0.5,
+             "time/rollout_s": 1.0} for s in range(4)]
+    redone = {**rows[2], "reward/mean": -1.0}  # a step logged twice: the later line counts
+    lines = [json.dumps(r) for r in [*rows, redone]]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert read_metrics(tmp_path) == [rows[0], rows[1], redone, rows[3]]
+    written = plot_run(tmp_path)
+    assert [p.name for p in written] == ["training.png", "credit.png", "time.png"]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_a_folder_without_metrics_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path)])
+    assert exit_.value.code == 2 and "no metrics" in capsys.readouterr().err
