@@ -28,6 +28,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import tqdm
 from tensorboardX import SummaryWriter
 
 import envs
@@ -151,7 +152,7 @@ def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int):
                         pad_token_id=pad_token_id, max_len=max_len)
 
 
-def train(config: TrainConfig, cfg, params, tokenizer, log=print) -> list[dict]:
+def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[dict]:
     """Runs ``config.steps`` steps in the run directory ``config.run_dir`` (resuming from its
     last checkpoint); returns the metrics of the steps it ran.
 
@@ -259,6 +260,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     history = []
     slots = config.groups * config.group_size
     board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
+    progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None,
+                         desc=config.credit)  # drawn only on a terminal
     with EnvPool(config.env, slots, config.workers) as pool, metrics_file.open("a") as out:
         while int(state.step) < config.steps:
             step = int(state.step)
@@ -298,8 +301,12 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
                     board.add_scalar(key, value, step)
             board.flush()
             history.append(row)
+            progress.update()
+            progress.set_postfix(reward=f"{row['reward/mean']:.3f}",
+                                 step_s=f"{sum(laps.seconds.values()):.1f}")
             log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in row.items()))
+    progress.close()
     checkpoints.close()
     board.close()
     if history:
