@@ -37,13 +37,3 @@ def test_readme_example_runs_as_a_saved_script(code, tmp_path):
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
-
-
-def test_demo_prints_every_method(capsys):
-    from prover_jax import demo
-
-    demo.main()
-    out = capsys.readouterr().out
-    for method in demo.METHODS:
-        assert method in out
-    assert "group 2  row 11" in out
