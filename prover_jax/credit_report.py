@@ -62,11 +62,12 @@ def report(ctx: HostContext, table: dict[str, np.ndarray], width: int = 10) -> s
     """The per-turn table, one block per episode."""
     names = list(table)
     lines = []
+    header = "turn  action" + " " * 26 + "".join(f"{n:>{max(width, len(n) + 1)}}"
+                                                 for n in names)
     for row, g, member, episode in ctx.rows():
-        lines += ["", f"group {g}  member {member}  row {row}  R={episode.reward:g}  "
-                      f"({episode.num_turns} turns)",
-                  "turn  action" + " " * 26 + "".join(f"{n:>{max(width, len(n) + 1)}}"
-                                                     for n in names)]
+        title = (f"group {g}  member {member}  row {row}  R={episode.reward:g}  "
+                 f"({episode.num_turns} turns)")
+        lines += ["", title, header]
         for turn, action in enumerate(episode.actions):
             cells = "".join(f"{table[n][row, turn]:>+{max(width, len(n) + 1)}.3f}"
                             for n in names)
