@@ -36,6 +36,17 @@ def to_dict(config: Any) -> dict:
     return plain(config)
 
 
+def flatten(tree: Mapping, prefix: str = "") -> dict:
+    """Nested dicts as one dict of dotted keys: {"learner.optimizer.b1": 0.9, ...}."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def merge(base: dict, changes: Mapping) -> dict:
     """`base` with `changes` merged in, nested dicts key by key."""
     out = dict(base)

@@ -25,14 +25,13 @@ from prover_jax import credit
 from prover_jax.batch import Batch, Message, Trajectory, pack
 from prover_jax.credit.hosts import HostContext, HostOptions
 from prover_jax.rollout import Episode, ScriptedPolicy, run, start
+from prover_jax.train import task_split, trainable_methods
 
 NEEDS_AN_LLM = ("criticsearch",)
 
 
 def default_methods() -> list[str]:
     """The trainer's methods, those needing an LLM only when one is configured."""
-    from prover_jax.train import trainable_methods
-
     have_llm = bool(os.environ.get("PROVER_JUDGE_BASE_URL"))
     names = [m for m in trainable_methods()
              if have_llm or not any(m.startswith(n) for n in NEEDS_AN_LLM)]
@@ -97,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     rng = random.Random(args.seed)
-    tasks = env.tasks("train" if "train" in env.splits else env.splits[0])[: args.groups]
+    tasks = env.tasks(task_split(env, None))[: args.groups]
     with EnvPool(args.env, args.groups * args.group_size, num_workers=1) as pool:
         episodes = run(pool, policy, [start(t) for t in tasks for _ in range(args.group_size)],
                        rng, args.max_actions)

@@ -37,8 +37,8 @@ from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
 from prover_jax import credit
 from prover_jax.batch import pack_streams
+from prover_jax.config import flatten, to_dict
 from prover_jax.config import load as load_config
-from prover_jax.config import to_dict
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.plot import plot_run
@@ -177,16 +177,6 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
         return _train(config, env, tasks, cfg, params, tokenizer, Path(directory), log)
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 RESUMABLE_CHANGES = ("steps", "run_dir")  # what a resumed run may change
 
 
@@ -195,7 +185,7 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
     run directory was started with (`RESUMABLE_CHANGES` may differ)."""
     path = directory / CONFIG_FILE
     if path.exists():
-        stored, ours = _flat(json.loads(path.read_text())), _flat(to_dict(config))
+        stored, ours = flatten(json.loads(path.read_text())), flatten(to_dict(config))
         differing = sorted(k for k in set(stored) | set(ours)
                            if k not in RESUMABLE_CHANGES and stored.get(k) != ours.get(k))
         if differing:

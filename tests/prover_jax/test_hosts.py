@@ -11,20 +11,13 @@ import pytest
 import envs
 from envs.pool import EnvPool
 from prover_jax import credit
-from prover_jax.batch import Message, Trajectory, pack
+from prover_jax.batch import pack
 from prover_jax.credit.hosts import HostContext, HostOptions
+from prover_jax.credit_report import turn_structure
 from prover_jax.rollout import ScriptedPolicy, run, start
 from prover_jax.train import trainable_methods
 
 GROUPS, GROUP_SIZE = 2, 4
-
-
-def as_trajectory(episode) -> Trajectory:
-    """A stand-in token conversation with the episode's turns and reward."""
-    messages = [Message([1, 2], "user")]
-    for turn in range(episode.num_turns):
-        messages += [Message([3 + turn % 5], "assistant", turn), Message([9], "tool")]
-    return Trajectory(messages, episode.reward)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +32,7 @@ def step():
         groups = [episodes[g * GROUP_SIZE:(g + 1) * GROUP_SIZE] for g in range(GROUPS)]
         # one success in four: every group is eligible for ProVer and SPO
         assert all(sorted(e.reward for e in g) == [0, 0, 0, 1] for g in groups)
-        batch = pack([[as_trajectory(e) for e in g] for g in groups], row_multiple=3)
+        batch = pack([[turn_structure(e) for e in g] for g in groups], row_multiple=3)
         rows, turns = batch.turn_valid.shape
         yield batch, HostContext(env, groups, pool, policy, rng, rows, turns)
 
