@@ -31,10 +31,11 @@ NEEDS_AN_LLM = ("criticsearch",)
 
 
 def default_methods() -> list[str]:
-    """The trainer's methods, those needing an LLM only when one is configured."""
+    """The trainer's methods on plain groups, those needing an LLM only when one is
+    configured (spo-tree grows its own trees; budget-matched GRPO is GRPO on its groups)."""
     have_llm = bool(os.environ.get("PROVER_JUDGE_BASE_URL"))
-    names = [m for m in trainable_methods()
-             if have_llm or not any(m.startswith(n) for n in NEEDS_AN_LLM)]
+    names = [m for m in trainable_methods() if credit.get(m).rollouts == "groups"
+             and (have_llm or not any(m.startswith(n) for n in NEEDS_AN_LLM))]
     return sorted(names, key=lambda n: ("+" in n, n))  # the compositions last
 
 
@@ -52,8 +53,9 @@ def advantages(ctx: HostContext, batch: Batch, methods: Sequence[str],
     out = {}
     for name in methods:
         method = credit.get(name)
-        inputs = {} if method.host is None else method.host(options)(ctx)[0]
-        out[name] = np.asarray(credit.compute(name, batch, inputs).per_turn)
+        settings = method.config_type()
+        inputs = {} if method.host is None else method.host(options, settings)(ctx).inputs
+        out[name] = np.asarray(credit.compute(name, batch, inputs, settings).per_turn)
     return out
 
 
@@ -91,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         env = envs.make(args.env)
         methods = args.methods or default_methods()
         for name in methods:
-            credit.get(name)
+            if credit.get(name).rollouts != "groups":
+                raise ValueError(f"{name} needs its own {credit.get(name).rollouts} rollouts; "
+                                 "the report compares methods on the same groups")
         policy = ScriptedPolicy(args.epsilon)
     except ValueError as e:
         parser.error(str(e))

@@ -21,6 +21,8 @@ import dataclasses
 import random
 from collections.abc import Hashable, Sequence
 
+import tqdm
+
 from envs.base import Task
 from envs.pool import EnvPool
 from prover_jax.batch import TokenStream
@@ -142,7 +144,7 @@ def start(task: Task) -> Episode:
 
 
 def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.Random,
-        max_actions: int | None = None) -> list[Episode]:
+        max_actions: int | None = None, progress: str | None = None) -> list[Episode]:
     """Continues every episode to termination (or for ``max_actions`` more actions).
 
     Fresh episodes are reset (``max_actions=0`` only resets them); prefixes are restored from
@@ -155,6 +157,8 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
       episodes: fresh starts and/or unfinished prefixes.
       rng: the source of the policy's randomness (the run is deterministic given it).
       max_actions: stop each episode after this many new actions (None: run to the end).
+      progress: the label of a progress bar over the episodes, drawn on terminals only (None:
+        no bar).
 
     Returns:
       The continued episodes, in input order.
@@ -162,7 +166,10 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
     finished = {i: e for i, e in enumerate(episodes) if e.done}
     queue = [i for i in reversed(range(len(episodes))) if i not in finished]
     running: dict[int, tuple[int, Episode, int]] = {}  # slot -> (index, episode, actions taken)
+    bar = tqdm.tqdm(total=len(episodes), desc=progress, unit="episode", leave=False,
+                    disable=None if progress else True)
     while queue or running:
+        bar.update(len(finished) - bar.n)
         free = [s for s in range(pool.num_slots) if s not in running]
         _admit(pool, episodes, queue, free, running)
         if max_actions == 0:  # only reset or restore
@@ -191,6 +198,7 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
                 finished[index] = episode
             else:
                 running[slot] = (index, episode, taken)
+    bar.close()
     return [finished[i] for i in range(len(episodes))]
 
 

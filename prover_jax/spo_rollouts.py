@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +62,7 @@ def spo_chain_values(pool: EnvPool, policy: Policy, groups: Sequence[Sequence[Ep
                 requests += [(row, s, int(b)) for s, b in enumerate(boundaries[row]) if b >= 0]
             row += 1
     prefixes = [episodes[r].prefix(turn) for r, _, turn in requests for _ in range(k)]
-    continued = run(pool, policy, prefixes, rng)
+    continued = run(pool, policy, prefixes, rng, progress="boundary values")
     values = np.zeros((num_rows, num_segments - 1), np.float32)
     for n, (r, s, _) in enumerate(requests):
         values[r, s] = np.mean([e.reward for e in continued[n * k:(n + 1) * k]])
@@ -89,9 +90,19 @@ class SpoTree:
     owner: np.ndarray
 
 
+def default_branch_actions(env: str) -> int:
+    """Actions per tree level in SPO's setups: 4 in household, 1 elsewhere."""
+    return 4 if env == "household" else 1
+
+
 def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.Random,
-              branch_actions: int, depth: int = 3, width: int = 2) -> list[SpoTree]:
-    """Grows one tree per task, all trees level by level in one batch per level."""
+              branch_actions: int, depth: int = 3, width: int = 2,
+              max_actions: int | None = None) -> list[SpoTree]:
+    """Grows one tree per task, all trees level by level in one batch per level.
+
+    ``max_actions`` caps every root-to-leaf path (None: the environment's turn limit); a level
+    that would start past it is not grown, so its nodes stay leaves.
+    """
     if branch_actions < 1 or depth < 1 or width < 2:
         raise ValueError("need branch_actions >= 1, depth >= 1 and width >= 2")
     roots = run(pool, policy, [start(t) for t in tasks], rng, max_actions=0)
@@ -99,11 +110,15 @@ def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.
     parents = [[-1] for _ in tasks]
     frontier = [[0] for _ in tasks]
     for level in range(depth):
+        limit = None if level == depth - 1 else branch_actions
+        if max_actions is not None:  # every unfinished node of a level has the same length
+            limit = min(limit or max_actions, max_actions - level * branch_actions)
+            if limit <= 0:
+                break
         jobs = [(g, n) for g, ids in enumerate(frontier) for n in ids
                 if not nodes[g][n].done for _ in range(width)]
-        last = level == depth - 1
-        grown = run(pool, policy, [nodes[g][n] for g, n in jobs], rng,
-                    max_actions=None if last else branch_actions)
+        grown = run(pool, policy, [nodes[g][n] for g, n in jobs], rng, max_actions=limit,
+                    progress=f"tree level {level + 1}/{depth}")
         frontier = [[] for _ in tasks]
         for (g, n), episode in zip(jobs, grown):
             parents[g].append(n)
@@ -182,3 +197,21 @@ def budget_matched_schedule(extra_fractions: Sequence[float], group_size: int,
         if not schedule or schedule[-1][1] != size:
             schedule.append((first, size))
     return schedule
+
+
+def budget_schedule_of_run(run_dir: str | Path, group_size: int, phase_steps: int = 10,
+                           measure: str = "extra_env_steps_fraction") -> list[tuple[int, int]]:
+    """`budget_matched_schedule` of the ProVer run in `run_dir`, from its metrics' per-step
+    `credit/prover/<measure>` (`extra_env_steps_fraction` or `extra_policy_tokens_fraction`).
+
+    Raises:
+      ValueError: the run's metrics do not hold that measure (not a ProVer run).
+    """
+    from prover_jax.plot import read_metrics
+
+    key = f"credit/prover/{measure}"
+    rows = read_metrics(run_dir)
+    if not rows or any(key not in row for row in rows):
+        raise ValueError(f"{run_dir}: its metrics have no {key} on every step (a ProVer run, "
+                         "prover or prover+vict, records it)")
+    return budget_matched_schedule([row[key] for row in rows], group_size, phase_steps)

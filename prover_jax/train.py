@@ -23,8 +23,9 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -37,33 +38,43 @@ from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
 from prover_jax import credit
 from prover_jax.batch import pack_streams
-from prover_jax.config import flatten, to_dict
+from prover_jax.config import build, flatten, to_dict
 from prover_jax.config import load as load_config
+from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.plot import plot_run
 from prover_jax.rollout import Episode, run, start
+from prover_jax.spo_rollouts import (
+    SpoTree,
+    budget_schedule_of_run,
+    default_branch_actions,
+    spo_trees,
+)
 
-CONFIG_FILE, METRICS_FILE, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints"
+CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
 TENSORBOARD = "tensorboard"
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A training run. ``credit`` is any registered method the trainer can run
-    (`trainable_methods`); its host side reads ``judge`` and ``continuations``."""
+    (`trainable_methods`), ``credit_config`` the fields of its config type that differ from
+    the defaults (e.g. ``{"lam": 0.5}`` for prover, ``{"base": {"lam": 0.5}}`` for
+    prover+vict, ``{"schedule": [[0, 8], [50, 10]]}`` for budget-matched-grpo), and ``host`` the
+    settings its host side reads (judge, continuations, ...)."""
 
     env: str = "household"
     split: str | None = None  # the tasks trained on (None: "train", else the env's first split)
     credit: str = "grpo"
+    credit_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    host: HostOptions = dataclasses.field(default_factory=HostOptions)
     steps: int = 3
     groups: int = 2
     group_size: int = 4
     max_actions: int | None = 6  # cap per episode (None: the environment's turn limit)
     workers: int = 2
     seed: int = 0
-    judge: str = "contrastive"
-    continuations: int = 4
     run_dir: str | None = None
     checkpoint_every: int = 10  # steps between checkpoints (the last step is always saved)
     sampling: SamplingConfig = dataclasses.field(
@@ -74,8 +85,9 @@ class TrainConfig:
     def __post_init__(self):
         method = credit.get(self.credit)
         if not credit.registry.trainable(method):
-            raise ValueError(f"credit {self.credit!r} needs {method.rollouts} rollouts, which "
-                             f"the trainer does not run; one of {trainable_methods()}")
+            raise ValueError(f"credit {self.credit!r} has no host side to produce its inputs "
+                             f"{sorted(method.inputs)}; one of {trainable_methods()}")
+        self.credit_settings()
         if min(self.steps, self.groups, self.group_size, self.workers,
                self.checkpoint_every) < 1:
             raise ValueError("steps, groups, group_size, workers and checkpoint_every must be "
@@ -86,6 +98,10 @@ class TrainConfig:
                              "sampler must draw from it too (temperature 1, top_k 0, top_p 1) "
                              "for its log-probs to be the old policy's; got temperature="
                              f"{s.temperature}, top_k={s.top_k}, top_p={s.top_p}")
+
+    def credit_settings(self):
+        """The credit method's config: its config type built from ``credit_config``."""
+        return build(credit.get(self.credit).config_type, self.credit_config, "credit_config.")
 
 
 def tiny_tokenizer(texts: Sequence[str], vocab_size: int = 512):
@@ -145,11 +161,12 @@ def trainable_methods() -> list[str]:
     return [name for name in credit.names() if credit.registry.trainable(credit.get(name))]
 
 
-def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int):
+def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int,
+             row_multiple: int = 1):
     """The groups' token streams packed: (Batch, the sampler's log-probs [B, L])."""
     return pack_streams([[e.stream() for e in group] for group in groups],
                         [[e.reward for e in group] for group in groups],
-                        pad_token_id=pad_token_id, max_len=max_len)
+                        pad_token_id=pad_token_id, max_len=max_len, row_multiple=row_multiple)
 
 
 def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[dict]:
@@ -204,10 +221,9 @@ def write_run_config(directory: Path, config: TrainConfig) -> None:
     tmp.replace(path)
 
 
-def _keep_metrics(path: Path, steps_done: int) -> None:
-    """Drops the metric lines of steps after the last checkpoint (a resumed run redoes them)."""
-    if not path.exists():
-        return
+def _keep_steps_before(path: Path, steps_done: int) -> None:
+    """Drops a JSONL file's lines of steps after the last checkpoint (a resumed run redoes
+    them)."""
     lines = [line for line in path.read_text().splitlines()
              if line.strip() and json.loads(line)["step"] < steps_done]
     path.write_text("".join(line + "\n" for line in lines))
@@ -219,6 +235,7 @@ def step_metrics(episodes: Sequence[Episode], learner_metrics: dict, host_logs: 
     return {
         "reward/mean": float(np.mean([e.reward for e in episodes])),
         "success/rate": float(np.mean([e.reward >= 1.0 for e in episodes])),
+        "episode/count": float(len(episodes)),
         "episode/actions": float(np.mean([e.num_turns for e in episodes])),
         "episode/valid_actions": float(np.mean([v for e in episodes for v in e.valid] or [0.0])),
         "episode/overflow": float(np.mean([e.overflow for e in episodes])),
@@ -228,13 +245,51 @@ def step_metrics(episodes: Sequence[Episode], learner_metrics: dict, host_logs: 
     }
 
 
+def rollout_settings(settings: Any) -> Any:
+    """The config holding a credit method's rollout knobs (group-size schedule, tree shape):
+    the method's own, or for a composition (`NAME+vict`) NAME's."""
+    while hasattr(settings, "base"):
+        settings = settings.base
+    return settings
+
+
+def group_rows(config: TrainConfig, step: int | None = None) -> int:
+    """Episodes per task group at `step` (None: the most of any step), by the credit method's
+    kind of rollouts: the configured group size, budget-matched GRPO's schedule, or a tree's
+    leaves."""
+    rollouts = credit.get(config.credit).rollouts
+    knobs = rollout_settings(config.credit_settings())
+    if rollouts == "trees":
+        return knobs.width ** knobs.depth
+    if rollouts == "scheduled-groups":
+        return (max(size for _, size in knobs.schedule) if step is None
+                else knobs.group_size(step))
+    return config.group_size
+
+
+def roll_out(config: TrainConfig, pool: EnvPool, policy: ModelPolicy, tasks: Sequence,
+             rng: random.Random, step: int) -> tuple[list[list[Episode]], list[SpoTree] | None]:
+    """One step's finished episodes per task, in packing order, and for a tree method the
+    trees whose leaves they are."""
+    if credit.get(config.credit).rollouts == "trees":
+        knobs = rollout_settings(config.credit_settings())
+        branch = knobs.branch_actions or default_branch_actions(config.env)
+        trees = spo_trees(pool, policy, tasks, rng, branch, knobs.depth, knobs.width,
+                          config.max_actions)
+        return [list(tree.episodes) for tree in trees], trees
+    size = group_rows(config, step)
+    episodes = run(pool, policy, [start(t) for t in tasks for _ in range(size)], rng,
+                   config.max_actions, progress="rollout")
+    return [episodes[g * size:(g + 1) * size] for g in range(len(tasks))], None
+
+
 def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, directory: Path,
            log) -> list[dict]:
     system = env.instruction()
-    method = credit.get(config.credit)
-    host = None if method.host is None else method.host(
-        credit.hosts.HostOptions(judge=config.judge, continuations=config.continuations))
+    method, settings = credit.get(config.credit), config.credit_settings()
+    host = None if method.host is None else method.host(config.host, settings)
     learner = Learner(cfg, config.learner)
+    row_multiple = config.learner.micro_batches * learner.mesh.shape["data"]
     check_run_config(directory, config)
     checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
     restored = checkpoints.restore(learner.abstract_state())
@@ -245,14 +300,13 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
         log(f"nothing to do: {directory} holds step {done} of {config.steps}")
     elif restored is not None:
         log(f"resumed from {directory}: {done} of {config.steps} steps done")
-    metrics_file = directory / METRICS_FILE
-    _keep_metrics(metrics_file, done)
+    for path in directory.glob("*.jsonl"):
+        _keep_steps_before(path, done)
     history = []
-    slots = config.groups * config.group_size
     board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
     progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None,
                          desc=config.credit)  # drawn only on a terminal
-    with EnvPool(config.env, slots, config.workers) as pool, metrics_file.open("a") as out:
+    with EnvPool(config.env, config.groups * group_rows(config), config.workers) as pool:
         while int(state.step) < config.steps:
             step = int(state.step)
             laps = Laps()
@@ -260,20 +314,21 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             position = int(state.data_position)
             chosen = [task_at(tasks, position + g, config.seed) for g in range(config.groups)]
             policy = ModelPolicy(state.params, cfg, tokenizer, system, config.sampling)
-            episodes = run(pool, policy, [start(t) for t in chosen
-                                          for _ in range(config.group_size)],
-                           rng, config.max_actions)
-            groups = [episodes[g * config.group_size:(g + 1) * config.group_size]
-                      for g in range(config.groups)]
-            batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings)
+            groups, trees = roll_out(config, pool, policy, chosen, rng, step)
+            batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings,
+                                  row_multiple)
             laps.lap("rollout")
             rows, turns = batch.turn_valid.shape
-            inputs, logs = ({}, {}) if host is None else host(
-                credit.hosts.HostContext(env, groups, pool, policy, rng, rows, turns))
+            output = (HostOutput({}, {}, {}) if host is None else
+                      host(HostContext(env, groups, pool, policy, rng, rows, turns,
+                                                    trees)))
             del policy  # its sampling copy of the weights
-            advantages = credit.compute(config.credit, batch, inputs).tokens
+            advantages = credit.compute(config.credit, batch, output.inputs, settings).tokens
+            dropped = (None if method.dropped_tokens is None else
+                       method.dropped_tokens(batch, output.inputs, settings, old))
             laps.lap("credit")
-            state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old))
+            state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old,
+                                                                  dropped=dropped))
             state = dataclasses.replace(
                 state, rng=jax.device_put(next_key, state.rng.sharding),
                 data_position=jax.device_put(np.int32(position + config.groups),
@@ -283,9 +338,12 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
                 checkpoints.save(state)
             laps.lap("checkpoint")
-            row = {"step": step, **step_metrics(episodes, metrics, logs, laps.seconds)}
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            episodes = [e for group in groups for e in group]
+            row = {"step": step, **step_metrics(episodes, metrics, output.diagnostics,
+                                                laps.seconds)}
+            append_lines(directory / f"{METRICS}.jsonl", [row])
+            for name, records in output.records.items():  # e.g. prover_proposals.jsonl
+                append_lines(directory / f"{name}.jsonl", [{"step": step, **r} for r in records])
             for key, value in row.items():
                 if key != "step":
                     board.add_scalar(key, value, step)
@@ -302,6 +360,12 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     if history:
         plot_run(directory)
     return history
+
+
+def append_lines(path: Path, records: Sequence[dict]) -> None:
+    """Appends one JSON line per record to `path` and flushes it."""
+    with path.open("a") as out:
+        out.writelines(json.dumps(record) + "\n" for record in records)
 
 
 def step_rng(key_data: jax.Array) -> tuple[random.Random, jax.Array]:
@@ -348,11 +412,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
                             help=f"shorthand for --set {name}=...")
     parser.add_argument("--model", help="a local Hugging Face Qwen folder (default: tiny random)")
+    parser.add_argument("--match-budget", metavar="RUN_DIR",
+                        help="budget-matched-grpo: group sizes that spend what the ProVer run "
+                             "in RUN_DIR spent on verification, phase by phase of 10 steps")
     args = parser.parse_args(argv)
-    shorthands = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
-                  if getattr(args, name) is not None]
+    overrides = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
+                 if getattr(args, name) is not None] + args.set
     try:
-        config = load_config(TrainConfig, args.config, shorthands + args.set)
+        config = load_config(TrainConfig, args.config, overrides)
+        if args.match_budget:
+            if config.credit != "budget-matched-grpo":
+                raise ValueError("--match-budget sets budget-matched-grpo's schedule; pass "
+                                 "--credit budget-matched-grpo")
+            schedule = budget_schedule_of_run(args.match_budget, config.group_size)
+            config = load_config(TrainConfig, args.config, [
+                *overrides, f"credit_config.schedule={json.dumps(schedule)}"])
         env = envs.make(config.env)
         split = task_split(env, config.split)
     except (ValueError, OSError) as e:

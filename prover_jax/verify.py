@@ -136,7 +136,7 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
     for g, row, l, r in requests:
         episode = groups[g][row]
         prefixes += [episode.prefix(l)] * k + [episode.prefix(r + 1)] * k
-    continued = run(pool, policy, prefixes, rng) if prefixes else []
+    continued = run(pool, policy, prefixes, rng, progress="verify") if prefixes else []
     wall = time.perf_counter() - start
     measurements = []
     for n, (g, row, l, r) in enumerate(requests):

@@ -8,24 +8,33 @@ with its host side: NAME's, then VICT's trace and cores (`vict_host`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
 from prover_jax import credit
 from prover_jax.credit import hosts, registry
-from vict_jax.pipeline import Rollout, batch_inputs, credit_group
-from vict_jax.redistribute import RedistributionConfig, redistribute
+from vict_jax.pipeline import Rollout, batch_inputs, credit_group, proof_records
+from vict_jax.redistribute import RedistributionConfig, normalise, redistribute
 
 VICT_INPUTS = {"marginals": ("b m", "f"), "eligible": ("b m", "b"), "omega": ("b t m", "f")}
 
 
 @dataclasses.dataclass(frozen=True)
 class VictConfig:
-    """`base`: config of the method VICT composes with (None: its defaults)."""
+    """`base`: the config of the method VICT composes with (GRPO's for `vict`)."""
 
-    base: Any = None
+    base: registry.GrpoConfig = dataclasses.field(default_factory=registry.GrpoConfig)
     redistribution: RedistributionConfig = dataclasses.field(default_factory=RedistributionConfig)
+
+
+def vict_config_type(base_type: type) -> type:
+    """The config type of `NAME+vict`: VictConfig with `base` of NAME's config type."""
+    if base_type is registry.GrpoConfig:
+        return VictConfig
+    return dataclasses.make_dataclass(
+        f"Vict{base_type.__name__}",
+        [("base", base_type, dataclasses.field(default_factory=base_type))],
+        bases=(VictConfig,), frozen=True)
 
 
 def check_vict_values(inputs) -> None:
@@ -34,12 +43,14 @@ def check_vict_values(inputs) -> None:
         raise ValueError("omega: witness weights must be >= 0")
 
 
-def vict_host(options: hosts.HostOptions) -> hosts.HostSide:
+def vict_host(options: hosts.HostOptions, config: VictConfig) -> hosts.HostSide:
     """VICT's host side: every group traced and credited against its task's verifier, with
-    a GRPO base for the signs (SPEC §4.5)."""
+    a GRPO base for the signs (SPEC §4.5). Records a `vict_proofs` line per credited
+    (rollout, action, atom), as `pipeline.proof_records` lists them."""
     del options
+    redistribution = config.redistribution
 
-    def host(ctx: hosts.HostContext) -> tuple[hosts.Inputs, hosts.Diagnostics]:
+    def host(ctx: hosts.HostContext) -> hosts.HostOutput:
         credits = []
         for group in ctx.groups:
             rewards = np.array([e.reward for e in group], np.float32)
@@ -48,24 +59,33 @@ def vict_host(options: hosts.HostOptions) -> hosts.HostSide:
                         for e in group]
             credits.append(credit_group(ctx.env.verifier(group[0].task), rollouts, base))
         reasons = [r for c in credits for r in c.reasons]
-        return (batch_inputs(credits, ctx.num_rows, ctx.num_turns),
-                {"vict/abstained": sum(r is not None for r in reasons) / len(reasons)})
+        inputs = batch_inputs(credits, ctx.num_rows, ctx.num_turns)
+        group_ids = np.full(ctx.num_rows, -1, np.int32)
+        for row, g, _, _ in ctx.rows():
+            group_ids[row] = g
+        normalised = normalise(inputs["marginals"], inputs["eligible"], inputs["omega"],
+                               group_ids, redistribution.center, redistribution.norm_eps)
+        records = proof_records(credits, np.asarray(normalised.values), inputs["omega"])
+        return hosts.HostOutput(
+            inputs, {"vict/abstained": sum(r is not None for r in reasons) / len(reasons)},
+            {"vict_proofs": records})
 
     return host
 
 
 def _composed_host(base: hosts.HostFactory | None) -> hosts.HostFactory:
-    """`base`'s host side followed by VICT's: their inputs and diagnostics together."""
+    """`base`'s host side followed by VICT's: their inputs, diagnostics and records together."""
     if base is None:
         return vict_host
 
-    def make(options: hosts.HostOptions) -> hosts.HostSide:
-        first, second = base(options), vict_host(options)
+    def make(options: hosts.HostOptions, config: VictConfig) -> hosts.HostSide:
+        first, second = base(options, config.base), vict_host(options, config)
 
-        def host(ctx: hosts.HostContext) -> tuple[hosts.Inputs, hosts.Diagnostics]:
-            inputs, logs = first(ctx)
-            more, more_logs = second(ctx)
-            return {**inputs, **more}, {**logs, **more_logs}
+        def host(ctx: hosts.HostContext) -> hosts.HostOutput:
+            one, two = first(ctx), second(ctx)
+            return hosts.HostOutput({**one.inputs, **two.inputs},
+                                    {**one.diagnostics, **two.diagnostics},
+                                    {**one.records, **two.records})
 
         return host
 
@@ -75,13 +95,11 @@ def _composed_host(base: hosts.HostFactory | None) -> hosts.HostFactory:
 def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMethod:
     def compute(batch, inputs, config: VictConfig):
         if base_method is None:
-            base_config = config.base if config.base is not None else registry.GrpoConfig()
-            outcome = registry.outcome_of(batch, base_config)
+            outcome = registry.outcome_of(batch, config.base)
             base = outcome
         else:
-            base_config = config.base if config.base is not None else base_method.config_type()
             base_inputs = {k: inputs[k] for k in base_method.inputs}
-            base, outcome = base_method.compute(batch, base_inputs, base_config)
+            base, outcome = base_method.compute(batch, base_inputs, config.base)
         result = redistribute(base, inputs["marginals"], inputs["eligible"], inputs["omega"],
                               batch.turn_valid, batch.group_ids, config.redistribution)
         return result.advantages, outcome
@@ -89,19 +107,24 @@ def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMetho
     def check_values(batch, inputs, config: VictConfig):
         check_vict_values(inputs)
         if base_method is not None and base_method.check_values is not None:
-            base_config = config.base if config.base is not None else base_method.config_type()
             base_method.check_values(batch, {k: inputs[k] for k in base_method.inputs},
-                                     base_config)
+                                     config.base)
 
     if base_method is None:
         return registry.CreditMethod("vict", compute, VICT_INPUTS, VictConfig,
                                      "GRPO + verifier-traced corrections (VICT eq. 9)",
                                      check_values, vict_host)
+    dropped = None
+    if base_method.dropped_tokens is not None:
+        def dropped(batch, inputs, config: VictConfig, old_logprobs):
+            return base_method.dropped_tokens(batch, inputs, config.base, old_logprobs)
+
     runnable = base_method.host is not None or not base_method.inputs
     return registry.CreditMethod(
-        f"{base_method.name}+vict", compute, {**base_method.inputs, **VICT_INPUTS}, VictConfig,
+        f"{base_method.name}+vict", compute, {**base_method.inputs, **VICT_INPUTS},
+        vict_config_type(base_method.config_type),
         f"{base_method.name} + verifier-traced corrections (VICT eq. 10)", check_values,
-        _composed_host(base_method.host) if runnable else None, base_method.rollouts)
+        _composed_host(base_method.host) if runnable else None, base_method.rollouts, dropped)
 
 
 def register() -> None:

@@ -1,18 +1,20 @@
 """Credit methods' host sides: from one training step's rollouts to the kernel's extra inputs.
 
-A host side is made once per run from the run's `HostOptions` (`make(options)`; a method that
-needs something the run lacks, e.g. an LLM judge without an endpoint, raises a ValueError
-there, at start-up) and then called once per step with a `HostContext`: the step's groups, the
-pool and policy that rolled them out, the step's RNG and the packed batch's shape. It returns
-the kernel's extra inputs (numpy arrays of the shapes its `CreditMethod.inputs` declare) and a
-dict of diagnostics. Every host side places per-row values through `HostContext.rows`, the one
-statement of the row layout: group g's member i is row `offset(g) + i`, groups in order.
+A host side is made once per run from the run's `HostOptions` and the method's config
+(`make(options, config)`; a method that needs something the run lacks, e.g. an LLM judge
+without an endpoint, raises a ValueError there, at start-up) and then called once per step with
+a `HostContext`: the step's groups, the pool and policy that rolled them out, the step's RNG and
+the packed batch's shape. It returns a `HostOutput`: the kernel's extra inputs (numpy arrays of
+the shapes its `CreditMethod.inputs` declare), a dict of diagnostics and records of what it
+decided (ProVer's proposals, VICT's proofs) for the run directory. Every host side places
+per-row values through `HostContext.rows`, the one statement of the row layout: group g's
+member i is row `offset(g) + i`, groups in order.
 
 The built-in host sides are ProVer's (judge and boundary verification), GiGPO's (anchor ids
 from the observation each turn acted on), SPO-chain's (Monte-Carlo values at segment
-boundaries) and CriticSearch's (critic labels); GRPO and RLOO need none. VICT registers its own
-from `vict_jax`. Their modules are imported when a host side is made, so this registry stays
-importable without them.
+boundaries), SPO-tree's (the trees' structure) and CriticSearch's (critic labels); GRPO, RLOO
+and budget-matched GRPO need none. VICT registers its own from `vict_jax`. Their modules are
+imported when a host side is made, so this registry stays importable without them.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 Inputs = dict[str, np.ndarray]
 Diagnostics = dict[str, float]
+Records = dict[str, list[dict]]  # JSONL stream name -> one JSON-able dict per line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +39,6 @@ class HostOptions:
       judge: ProVer's judge (`prover_jax.judges.make` name) and `judge_config` its fields.
       continuations: K, Monte-Carlo continuations per verified state (ProVer, SPO-chain).
       anchor_similarity: GiGPO's anchor matching (None: exact observation text).
-      spo_segments: SPO-chain's segments per trajectory.
       critic_config: CriticSearch's critic fields (`judges.critic.CriticConfig`; the endpoint
         may also come from the environment variables of the LLM settings).
     """
@@ -45,7 +47,6 @@ class HostOptions:
     judge_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     continuations: int = 4
     anchor_similarity: float | None = None
-    spo_segments: int = 3
     critic_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -60,6 +61,7 @@ class HostContext:
     rng: random.Random
     num_rows: int  # B of the packed batch (padding rows included)
     num_turns: int  # T of the packed batch
+    trees: Sequence[Any] | None = None  # spo_rollouts.SpoTrees the groups' leaves grew on
 
     def rows(self) -> Iterator[tuple[int, int, int, Any]]:
         """(row, group, member, episode) of every episode, in row order."""
@@ -70,33 +72,68 @@ class HostContext:
                 row += 1
 
 
-HostSide = Callable[[HostContext], tuple[Inputs, Diagnostics]]
-HostFactory = Callable[[HostOptions], HostSide]
+class HostOutput(NamedTuple):
+    """What a host side made of one step."""
+
+    inputs: Inputs
+    diagnostics: Diagnostics
+    records: Records
 
 
-def prover_host(options: HostOptions) -> HostSide:
-    """ProVer: the judge proposes a segment per eligible group, continuations verify it."""
+HostSide = Callable[[HostContext], HostOutput]
+HostFactory = Callable[[HostOptions, Any], HostSide]  # (options, the method's config)
+
+
+def prover_host(options: HostOptions, config: Any) -> HostSide:
+    """ProVer: the judge proposes a segment per eligible group, continuations verify it.
+    Records one `prover_proposals` line per judged group."""
     from prover_jax import judges
     from prover_jax.verify import VerifyConfig, prover_step
 
+    del config  # the kernel's knobs (lam, segment length) are applied by the kernel
     judge = judges.make(options.judge, **options.judge_config)
-    config = VerifyConfig(continuations=options.continuations)
+    verify = VerifyConfig(continuations=options.continuations)
 
-    def host(ctx: HostContext) -> tuple[Inputs, Diagnostics]:
-        result = prover_step(ctx.pool, ctx.policy, judge, ctx.groups, ctx.rng, config,
+    def host(ctx: HostContext) -> HostOutput:
+        result = prover_step(ctx.pool, ctx.policy, judge, ctx.groups, ctx.rng, verify,
                              ctx.num_rows)
-        return ({"seg_start": result.seg_start, "seg_end": result.seg_end,
-                 "delta": result.delta},
-                {f"prover/{k}": float(v) for k, v in result.diagnostics.items()})
+        return HostOutput({"seg_start": result.seg_start, "seg_end": result.seg_end,
+                           "delta": result.delta},
+                          {f"prover/{k}": float(v) for k, v in result.diagnostics.items()},
+                          {"prover_proposals": proposal_records(ctx, result)})
 
     return host
 
 
-def gigpo_host(options: HostOptions) -> HostSide:
+def proposal_records(ctx: HostContext, result: Any) -> list[dict]:
+    """One dict per judged group of a `verify.ProverResult`: the proposal, the segment's
+    actions and, when verified, its boundary values."""
+    measured = {m.group: m for m in result.measurements}
+    first_row = {g: row for row, g, member, _ in ctx.rows() if member == 0}
+    records = []
+    for g, proposal in enumerate(result.proposals):
+        if proposal is None:
+            continue
+        task = ctx.groups[g][0].task
+        record = {"group": g, "task": f"{task.split}/{task.index}",
+                  **dataclasses.asdict(proposal)}
+        if g in measured:
+            m = measured[g]
+            episode = ctx.groups[g][m.row]
+            record.update(row=first_row[g] + m.row, value_pre=m.value_pre,
+                          value_post=m.value_post, delta=m.delta,
+                          actions=[a.text for a in episode.actions[m.start_turn:m.end_turn + 1]])
+        records.append(record)
+    return records
+
+
+def gigpo_host(options: HostOptions, config: Any) -> HostSide:
     """GiGPO: anchor ids from the observation each turn acted on, per group."""
     from prover_jax.credit.gigpo import anchor_ids_from_observations
 
-    def host(ctx: HostContext) -> tuple[Inputs, Diagnostics]:
+    del config
+
+    def host(ctx: HostContext) -> HostOutput:
         observations = [[] for _ in range(ctx.num_rows)]
         group_ids = [-1] * ctx.num_rows
         for row, g, _, episode in ctx.rows():
@@ -105,36 +142,55 @@ def gigpo_host(options: HostOptions) -> HostSide:
         anchors = anchor_ids_from_observations(observations, group_ids, ctx.num_turns,
                                                options.anchor_similarity)
         real = anchors[anchors >= 0]
-        return {"anchor_ids": anchors}, {"gigpo/anchor_states": float(len(np.unique(real)))}
+        return HostOutput({"anchor_ids": anchors},
+                          {"gigpo/anchor_states": float(len(np.unique(real)))}, {})
 
     return host
 
 
-def spo_chain_host(options: HostOptions) -> HostSide:
+def spo_chain_host(options: HostOptions, config: Any) -> HostSide:
     """SPO-chain: Monte-Carlo values at the segment boundaries of successful trajectories."""
     from prover_jax.spo_rollouts import spo_chain_values
     from prover_jax.verify import VerifyConfig
 
-    config = VerifyConfig(continuations=options.continuations)
+    verify = VerifyConfig(continuations=options.continuations)
 
-    def host(ctx: HostContext) -> tuple[Inputs, Diagnostics]:
+    def host(ctx: HostContext) -> HostOutput:
         values, applies = spo_chain_values(ctx.pool, ctx.policy, ctx.groups, ctx.rng,
-                                           ctx.num_turns, ctx.num_rows, config,
-                                           options.spo_segments)
-        return ({"boundary_values": values, "spo_applies": applies},
-                {"spo/applied": float(applies.sum())})
+                                           ctx.num_turns, ctx.num_rows, verify,
+                                           config.num_segments)
+        return HostOutput({"boundary_values": values, "spo_applies": applies},
+                          {"spo/applied": float(applies.sum())}, {})
 
     return host
 
 
-def criticsearch_host(options: HostOptions) -> HostSide:
+def spo_tree_host(options: HostOptions, config: Any) -> HostSide:
+    """SPO-tree: the structure of the trees the step's leaves grew on (`HostContext.trees`)."""
+    from prover_jax.spo_rollouts import spo_tree_inputs
+
+    del options
+    nodes = sum(config.width ** level for level in range(config.depth + 1))
+
+    def host(ctx: HostContext) -> HostOutput:
+        if ctx.trees is None:
+            raise ValueError("spo-tree needs the step's rollout trees (HostContext.trees)")
+        inputs = spo_tree_inputs(ctx.trees, ctx.num_rows, ctx.num_turns, nodes)
+        leaves = [len(t.episodes) for t in ctx.trees]
+        return HostOutput(inputs, {"spo/tree_leaves": float(np.mean(leaves))}, {})
+
+    return host
+
+
+def criticsearch_host(options: HostOptions, config: Any) -> HostSide:
     """CriticSearch: an LLM critic labels every accepted turn good or bad."""
     from prover_jax.judges.critic import Critic, CriticConfig
     from prover_jax.verify import view
 
+    del config
     critic = Critic(CriticConfig(**options.critic_config))
 
-    def host(ctx: HostContext) -> tuple[Inputs, Diagnostics]:
+    def host(ctx: HostContext) -> HostOutput:
         labels = np.zeros((ctx.num_rows, ctx.num_turns), np.int32)
         labelled = np.zeros(ctx.num_rows, bool)
         errors = 0
@@ -146,12 +202,12 @@ def criticsearch_host(options: HostOptions) -> HostSide:
             for i, (row, _) in enumerate(members):
                 labels[row], labelled[row] = result.labels[i], result.labelled[i]
             errors += result.error is not None
-        return ({"critic_labels": labels, "critic_labelled": labelled},
-                {"criticsearch/failed_groups": float(errors)})
+        return HostOutput({"critic_labels": labels, "critic_labelled": labelled},
+                          {"criticsearch/failed_groups": float(errors)}, {})
 
     return host
 
 
 BUILT_IN: dict[str, HostFactory] = {"prover": prover_host, "gigpo": gigpo_host,
-                                    "spo-chain": spo_chain_host,
+                                    "spo-chain": spo_chain_host, "spo-tree": spo_tree_host,
                                     "criticsearch": criticsearch_host}

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from prover_jax.batch import Batch
@@ -29,7 +30,7 @@ from prover_jax.credit.hosts import HostFactory
 from prover_jax.credit.outcome import Scale, grpo, rloo
 from prover_jax.credit.prover import prover
 from prover_jax.credit.spo import spo_chain, spo_tree
-from prover_jax.credit.tokens import per_turn, to_tokens
+from prover_jax.credit.tokens import high_prob_mask, per_turn, to_tokens
 
 ENTRY_POINT_GROUP = "prover_jax.credit_methods"
 
@@ -61,8 +62,10 @@ class CreditMethod:
       host: the host side that produces `inputs` from a training step's rollouts
         (`hosts.HostFactory`); None when there are no inputs to produce.
       rollouts: what the method's rollouts are: "groups" (G episodes per task), "trees"
-        (spo-tree's rollout trees) or "scheduled-groups" (budget-matched-grpo's group-size
-        schedule). The trainer runs "groups" only.
+        (spo-tree's rollout trees, shape from the config's `depth`, `width`,
+        `branch_actions`) or "scheduled-groups" (G from the config's `group_size(step)`).
+      dropped_tokens: optional (batch, inputs, config, old_logprobs [B, L]) -> bool [B, L],
+        the policy tokens the learner leaves out of the loss (SPO's confident tokens).
     """
 
     name: str
@@ -73,6 +76,7 @@ class CreditMethod:
     check_values: Callable[[Batch, Mapping[str, Any], Any], None] | None = None
     host: HostFactory | None = None
     rollouts: Literal["groups", "trees", "scheduled-groups"] = "groups"
+    dropped_tokens: Callable[[Batch, Mapping[str, Any], Any, jax.Array], jax.Array] | None = None
 
 
 _REGISTRY: dict[str, CreditMethod] = {}
@@ -97,8 +101,8 @@ def _load_plugins() -> None:
 
 
 def trainable(method: CreditMethod) -> bool:
-    """Whether the trainer can run `method`: group rollouts, and a host side for its inputs."""
-    return method.rollouts == "groups" and (method.host is not None or not method.inputs)
+    """Whether the trainer can run `method`: a host side for its inputs, if it has any."""
+    return method.host is not None or not method.inputs
 
 
 def names() -> list[str]:
@@ -213,6 +217,24 @@ class GigpoConfig:
 class SpoChainConfig(GrpoConfig):
     num_segments: int = 3
     gamma: float = 1.0
+    confident_prob: float = 0.9  # tokens sampled at least this likely are left out of the loss
+
+
+@dataclasses.dataclass(frozen=True)
+class SpoTreeConfig(GrpoConfig):
+    """The rollout tree: `depth` levels branching `width` ways (2-2-2: 14 branches, 8
+    leaves), each advancing `branch_actions` actions but the last, which runs to the end (None:
+    4 in household, 1 elsewhere, as in SPO's setups)."""
+
+    depth: int = 3
+    width: int = 2
+    branch_actions: int | None = None
+    confident_prob: float = 0.9  # tokens sampled at least this likely are left out of the loss
+
+    def __post_init__(self):
+        if self.depth < 1 or self.width < 2 or (self.branch_actions or 1) < 1:
+            raise ValueError(f"need depth >= 1, width >= 2 and branch_actions >= 1, got "
+                             f"{self.depth}, {self.width}, {self.branch_actions}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,6 +337,22 @@ def _check_spo_tree(batch: Batch, inputs, config) -> None:
         raise ValueError(f"turn_nodes: values must be in [-1, {parents.shape[1]})")
 
 
+def _confident_tokens(batch, inputs, config, old_logprobs):
+    """SPO's mask: tokens the sampler drew with probability >= `config.confident_prob`."""
+    del inputs
+    return high_prob_mask(old_logprobs, batch.loss_mask, config.confident_prob)
+
+
+def _spo_tree_dropped(batch, inputs, config, old_logprobs):
+    """The confident tokens, and a tree row's turns of branches another row trains."""
+    turn_nodes = jnp.asarray(inputs["turn_nodes"])
+    safe = jnp.clip(batch.turn_ids, 0, turn_nodes.shape[1] - 1)
+    elsewhere = jnp.take_along_axis(turn_nodes, safe, axis=1) < 0
+    in_tree = (jnp.asarray(inputs["tree_ids"]) >= 0)[:, None]
+    return (_confident_tokens(batch, inputs, config, old_logprobs)
+            | (batch.loss_mask & elsewhere & in_tree))
+
+
 def _criticsearch(batch, inputs, config):
     outcome = outcome_of(batch, config)
     turns = criticsearch(outcome, batch.group_ids, batch.turn_valid, inputs["critic_labels"],
@@ -343,12 +381,13 @@ for _method in (
                  "episode + anchor-state step advantage (GiGPO)", _check_gigpo),
     CreditMethod("spo-chain", _spo_chain,
                  {"boundary_values": ("b s", "f"), "spo_applies": ("b", "b")},
-                 SpoChainConfig, "segment advantages from Monte-Carlo boundary values"),
+                 SpoChainConfig, "segment advantages from Monte-Carlo boundary values",
+                 dropped_tokens=_confident_tokens),
     CreditMethod("spo-tree", _spo_tree,
                  {"tree_parents": ("g n", "i"), "tree_leaf_rewards": ("g n", "f"),
                   "tree_ids": ("b", "i"), "turn_nodes": ("b t", "i")},
-                 GrpoConfig, "branch advantages of a 2-2-2 rollout tree", _check_spo_tree,
-                 rollouts="trees"),
+                 SpoTreeConfig, "branch advantages of a 2-2-2 rollout tree", _check_spo_tree,
+                 rollouts="trees", dropped_tokens=_spo_tree_dropped),
     CreditMethod("criticsearch", _criticsearch,
                  {"critic_labels": ("b t", "i"), "critic_labelled": ("b", "b")},
                  CriticSearchConfig, "0.75 GRPO + 0.25 LLM-critic turn labels",

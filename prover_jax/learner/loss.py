@@ -22,7 +22,8 @@ adding their sums gives the same loss and gradient as one big batch:
   length (Dr.GRPO's normaliser; default the padded L), so a token's weight never depends on
   its sequence's length.
 
-`m` is `loss_mask` minus SPO's high-probability tokens (`credit.high_prob_mask`) minus column 0.
+`m` is `loss_mask` minus the credit method's dropped tokens (SPO's high-probability ones,
+`credit.high_prob_mask`) minus column 0.
 Metrics that describe the policy (entropy, clip fraction, the raw KL estimate) are token means
 whatever the aggregation.
 
@@ -222,14 +223,14 @@ def _shift_right(x: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
 
 
-def trained_tokens(loss_mask: jax.Array, high_prob: jax.Array | None = None) -> jax.Array:
+def trained_tokens(loss_mask: jax.Array, dropped: jax.Array | None = None) -> jax.Array:
     """bool [B, L]: the tokens the loss trains on.
 
     `loss_mask` without column 0 (no prediction for it) and, for SPO, without the tokens of
-    `high_prob` (bool [B, L], `credit.high_prob_mask`).
+    `dropped` (bool [B, L], `credit.high_prob_mask`).
     """
     mask = jnp.asarray(loss_mask).at[:, 0].set(False)
-    return mask if high_prob is None else mask & ~high_prob
+    return mask if dropped is None else mask & ~dropped
 
 
 def loss_weights(mask: jax.Array, loss_mask: jax.Array, cfg: LossConfig) -> Weights:
@@ -347,7 +348,7 @@ def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Arr
 @functools.partial(jax.jit, static_argnames="cfg")
 def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
                 loss_mask: jax.Array, cfg: LossConfig, ref_logprobs: jax.Array | None = None,
-                high_prob: jax.Array | None = None,
+                dropped: jax.Array | None = None,
                 entropy: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The PPO-clip loss of one whole batch, from per-token log-probabilities.
 
@@ -358,13 +359,13 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
       loss_mask: bool [B, L], policy tokens.
       cfg: LossConfig.
       ref_logprobs: float [B, L], reference policy; required when `cfg.kl_coef > 0`.
-      high_prob: bool [B, L], tokens to drop from the loss (SPO's `credit.high_prob_mask`).
+      dropped: bool [B, L], tokens to leave out of the loss (e.g. SPO's `credit.high_prob_mask`).
       entropy: float [B, L], for the entropy metric (0 when None).
 
     Returns:
       (loss scalar, metrics of `weighted_loss`).
     """
-    mask = trained_tokens(loss_mask, high_prob)
+    mask = trained_tokens(loss_mask, dropped)
     weights = loss_weights(mask, loss_mask, cfg)
     entropy = jnp.zeros_like(logprobs) if entropy is None else entropy
     metrics = weighted_loss(logprobs, entropy, old_logprobs, advantages, mask, weights, cfg,

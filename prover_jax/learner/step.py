@@ -58,7 +58,8 @@ class TrainBatch:
       advantages: float32 [B, L] per-token advantages (`credit.to_tokens` or a kernel).
       old_logprobs: float32 [B, L] log-probabilities under the policy that sampled the batch.
       ref_logprobs: float32 [B, L] under the reference policy, or None (needed when kl_coef > 0).
-      high_prob: bool [B, L] tokens dropped from the loss (SPO's `credit.high_prob_mask`), or
+      dropped: bool [B, L] tokens left out of the loss (the credit method's `dropped_tokens`, e.g.
+        SPO's `credit.high_prob_mask`), or
         None.
     """
 
@@ -66,7 +67,7 @@ class TrainBatch:
     advantages: jax.Array
     old_logprobs: jax.Array
     ref_logprobs: jax.Array | None = None
-    high_prob: jax.Array | None = None
+    dropped: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +103,8 @@ def check_train_batch(batch: TrainBatch) -> None:
              "old_logprobs": (batch.old_logprobs, "b l", "f")}
     if batch.ref_logprobs is not None:
         specs["ref_logprobs"] = (batch.ref_logprobs, "b l", "f")
-    if batch.high_prob is not None:
-        specs["high_prob"] = (batch.high_prob, "b l", "b")
+    if batch.dropped is not None:
+        specs["dropped"] = (batch.dropped, "b l", "b")
     check_arrays(specs)
 
 
@@ -257,7 +258,7 @@ def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: Le
     check_train_batch(batch)
     check_rows(batch.batch.num_rows, cfg.micro_batches, mesh)
     loss_mask = batch.batch.loss_mask
-    mask = losses.trained_tokens(loss_mask, batch.high_prob)
+    mask = losses.trained_tokens(loss_mask, batch.dropped)
     micro = split_micro_batches(
         MicroBatches(batch.batch.tokens, mask, losses.loss_weights(mask, loss_mask, cfg.loss),
                      batch.old_logprobs, batch.advantages, batch.ref_logprobs),
@@ -372,8 +373,8 @@ def _compile(model_cfg: QwenConfig, cfg: LearnerConfig, mesh: Mesh,
 
 
 @jax.jit
-def _most_trained(loss_mask: jax.Array, high_prob: jax.Array | None) -> jax.Array:
-    return jnp.max(jnp.sum(losses.trained_tokens(loss_mask, high_prob), axis=1))
+def _most_trained(loss_mask: jax.Array, dropped: jax.Array | None) -> jax.Array:
+    return jnp.max(jnp.sum(losses.trained_tokens(loss_mask, dropped), axis=1))
 
 
 def head_positions(batch: TrainBatch, buckets: int) -> int | None:
@@ -388,7 +389,7 @@ def head_positions(batch: TrainBatch, buckets: int) -> int | None:
         return None
     length = loss_mask.shape[1]
     bucket = -(-length // buckets)
-    slots = max(1, -(-int(_most_trained(loss_mask, batch.high_prob)) // bucket)) * bucket
+    slots = max(1, -(-int(_most_trained(loss_mask, batch.dropped)) // bucket)) * bucket
     return None if slots >= length else slots
 
 

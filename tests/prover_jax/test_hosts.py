@@ -15,6 +15,7 @@ from prover_jax.batch import pack
 from prover_jax.credit.hosts import HostContext, HostOptions
 from prover_jax.credit_report import turn_structure
 from prover_jax.rollout import ScriptedPolicy, run, start
+from prover_jax.spo_rollouts import spo_trees
 from prover_jax.train import trainable_methods
 
 GROUPS, GROUP_SIZE = 2, 4
@@ -37,12 +38,14 @@ def step():
         yield batch, HostContext(env, groups, pool, policy, rng, rows, turns)
 
 
-def test_the_trainer_runs_every_group_method_and_says_why_not_the_others():
-    assert set(trainable_methods()) == {
-        "grpo", "rloo", "prover", "gigpo", "spo-chain", "criticsearch", "vict", "rloo+vict",
-        "prover+vict", "gigpo+vict", "spo-chain+vict", "criticsearch+vict"}
-    for name in ("spo-tree", "budget-matched-grpo", "spo-tree+vict"):
-        assert not credit.registry.trainable(credit.get(name))
+def host_side(name: str, options: HostOptions | None = None):
+    method = credit.get(name)
+    return method.host(options or HostOptions(), method.config_type())
+
+
+def test_the_trainer_runs_every_registered_method():
+    assert set(trainable_methods()) == set(credit.names())
+    assert "spo-tree+vict" in credit.names() and "budget-matched-grpo" in credit.names()
 
 
 @pytest.mark.parametrize("name", ["prover", "gigpo", "spo-chain", "vict", "prover+vict",
@@ -50,11 +53,25 @@ def test_the_trainer_runs_every_group_method_and_says_why_not_the_others():
 def test_host_sides_feed_their_kernels(step, name):
     batch, ctx = step
     method = credit.get(name)
-    inputs, logs = method.host(HostOptions(continuations=2))(ctx)
+    inputs, logs, records = host_side(name, HostOptions(continuations=2))(ctx)
     assert set(inputs) == set(method.inputs)
     if "prover" in name:  # each group's success was judged and its segment verified
         assert (inputs["seg_end"] > 0).sum() == GROUPS and logs["prover/eligible_groups"] == 2
+        proposals = records["prover_proposals"]
+        assert [p["group"] for p in proposals] == list(range(GROUPS))
+        for p in proposals:  # each names the row, segment and measured delta the kernel got
+            row = p["row"]
+            assert (p["start_turn"], p["end_turn"]) == (inputs["seg_start"][row],
+                                                        inputs["seg_end"][row])
+            assert p["delta"] == pytest.approx(inputs["delta"][row])
+            assert len(p["actions"]) == p["end_turn"] - p["start_turn"] + 1
     result = credit.compute(name, batch, inputs)  # the registry checks every shape
+    if name == "vict":  # a proof record for exactly the turns VICT moved off the GRPO base
+        base = np.asarray(credit.compute("grpo", batch).per_turn)
+        moved = np.abs(np.asarray(result.per_turn) - base) > 1e-7
+        proved = {(r["group"] * GROUP_SIZE + r["rollout"], r["turn"])
+                  for r in records["vict_proofs"]}
+        assert proved and proved == set(zip(*map(list, np.nonzero(moved))))
     assert np.isfinite(np.asarray(result.tokens)).all()
     assert all(isinstance(v, float) for v in logs.values())
     padding = np.asarray(batch.group_ids) < 0
@@ -66,7 +83,7 @@ def test_host_sides_feed_their_kernels(step, name):
 
 def test_gigpo_anchors_join_equal_observations_within_a_group(step):
     _, ctx = step
-    anchors = credit.get("gigpo").host(HostOptions())(ctx)[0]["anchor_ids"]
+    anchors = host_side("gigpo")(ctx).inputs["anchor_ids"]
     seen = {}
     for row, g, _, episode in ctx.rows():
         for turn in range(episode.num_turns):
@@ -79,17 +96,48 @@ def test_gigpo_anchors_join_equal_observations_within_a_group(step):
 def test_a_method_missing_what_it_needs_fails_at_start_up(monkeypatch):
     monkeypatch.delenv("PROVER_JUDGE_BASE_URL", raising=False)
     with pytest.raises(ValueError, match="base_url"):
-        credit.get("criticsearch").host(HostOptions())
+        host_side("criticsearch")
     with pytest.raises(ValueError, match="base_url"):
-        credit.get("prover+vict").host(HostOptions(judge="agentic"))
+        host_side("prover+vict", HostOptions(judge="agentic"))
 
 
 def test_spo_chain_values_only_successful_rows(step):
     _, ctx = step
-    inputs, logs = credit.get("spo-chain").host(HostOptions(continuations=2))(ctx)
+    inputs, logs, _ = host_side("spo-chain", HostOptions(continuations=2))(ctx)
     successful = np.zeros(ctx.num_rows, bool)
     for row, _, _, episode in ctx.rows():
         successful[row] = episode.reward >= 1.0
     np.testing.assert_array_equal(inputs["spo_applies"], successful)
     assert logs["spo/applied"] == successful.sum()
     assert not inputs["boundary_values"][~successful].any()
+
+
+def test_spo_tree_trains_each_branch_once_under_its_cap():
+    env = envs.make("household")
+    tasks = env.tasks("train")[:GROUPS]
+    with EnvPool("household", 16, num_workers=1) as pool:
+        trees = spo_trees(pool, ScriptedPolicy(0.5), tasks, random.Random(0), branch_actions=4,
+                          max_actions=10)
+        groups = [list(tree.episodes) for tree in trees]
+        batch = pack([[turn_structure(e) for e in g] for g in groups])
+        ctx = HostContext(env, groups, pool, None, random.Random(0), *batch.turn_valid.shape,
+                          trees=trees)
+        inputs, logs, _ = host_side("spo-tree")(ctx)
+    assert all(e.num_turns <= 10 for g in groups for e in g)  # 4 + 4 + at most 2
+    assert logs["spo/tree_leaves"] == np.mean([len(g) for g in groups])
+    method, settings = credit.get("spo-tree"), credit.get("spo-tree").config_type()
+    unsure = np.where(np.asarray(batch.loss_mask), np.log(0.5), 0.0).astype(np.float32)
+    dropped = np.asarray(method.dropped_tokens(batch, inputs, settings, unsure))
+    trained = np.asarray(batch.loss_mask) & ~dropped
+    trained_turns = [0] * GROUPS
+    for row, g, _, episode in ctx.rows():  # tokens of a turn sit at its turn id
+        kept = {int(t) for t in np.asarray(batch.turn_ids)[row][trained[row]]}
+        owned = {t for t in range(episode.num_turns) if inputs["turn_nodes"][row, t] >= 0}
+        assert kept == owned
+        trained_turns[g] += len(kept)
+    for g, leaves in enumerate(groups):  # the first branches' 4 + 4 turns are trained once
+        assert trained_turns[g] <= sum(e.num_turns for e in leaves) - 4 * (len(leaves) - 2)
+    sure = np.where(np.asarray(batch.loss_mask), 0.0, 0.0).astype(np.float32)  # p = 1
+    assert np.asarray(method.dropped_tokens(batch, inputs, settings, sure))[
+        np.asarray(batch.loss_mask)].all()
+    assert np.isfinite(np.asarray(credit.compute("spo-tree", batch, inputs, settings).tokens)).all()

@@ -22,13 +22,13 @@ from prover_jax.learner import (
 B, L, V = 6, 12, 7
 
 
-def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, high_prob=None):
+def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, dropped=None):
     """Loss and metrics by explicit loops over rows and tokens."""
     rows, length = loss_mask.shape
     mask = loss_mask.copy()
     mask[:, 0] = False
-    if high_prob is not None:
-        mask &= ~high_prob
+    if dropped is not None:
+        mask &= ~dropped
     policy = np.zeros((rows, length))
     kl = np.zeros((rows, length))
     clipped = np.zeros((rows, length))
@@ -81,12 +81,12 @@ def random_inputs(seed: int):
 @pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean", "dr-grpo"])
 def test_loss_matches_numpy_oracle(aggregation, estimator):
     logprobs, old, adv, loss_mask, ref = random_inputs(seed=len(aggregation) + len(estimator))
-    high_prob = np.asarray(credit.high_prob_mask(old, loss_mask, 0.5))  # SPO's mask
-    assert high_prob.any() and (loss_mask & ~high_prob).any()
+    dropped = np.asarray(credit.high_prob_mask(old, loss_mask, 0.5))  # SPO's mask
+    assert dropped.any() and (loss_mask & ~dropped).any()
     cfg = LossConfig(clip_low=0.2, clip_high=0.28, kl_coef=0.1, kl_estimator=estimator,
                      aggregation=aggregation)
-    loss, metrics = policy_loss(logprobs, old, adv, loss_mask, cfg, ref, high_prob)
-    expected = oracle_loss(logprobs, old, adv, loss_mask, cfg, ref, high_prob)
+    loss, metrics = policy_loss(logprobs, old, adv, loss_mask, cfg, ref, dropped)
+    expected = oracle_loss(logprobs, old, adv, loss_mask, cfg, ref, dropped)
     assert 0 < expected["clip_fraction"] < 1
     np.testing.assert_allclose(float(loss), expected["loss"], rtol=1e-5, atol=1e-6)
     for name, value in expected.items():

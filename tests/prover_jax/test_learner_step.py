@@ -78,8 +78,8 @@ def make_batch(seed: int, old_logprobs: np.ndarray | None = None) -> TrainBatch:
     advantages = (rng.normal(0, 1, mask.shape) * mask).astype(np.float32)
     old = base + noise[0]
     # SPO's mask at a threshold that a random 128-token policy reaches on some tokens
-    high_prob = np.asarray(credit.high_prob_mask(old, mask, 1 / CFG.vocab_size))
-    return TrainBatch(batch, advantages, old, base + noise[1], high_prob)
+    dropped = np.asarray(credit.high_prob_mask(old, mask, 1 / CFG.vocab_size))
+    return TrainBatch(batch, advantages, old, base + noise[1], dropped)
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +157,7 @@ def test_gradients_match_finite_differences(single, batches, gradients):
         logprobs = single.logprobs(p, batch.batch.tokens)
         return float(policy_loss(logprobs, batch.old_logprobs, batch.advantages,
                                  batch.batch.loss_mask, FP32.loss, batch.ref_logprobs,
-                                 batch.high_prob)[0])
+                                 batch.dropped)[0])
 
     np.testing.assert_allclose(float(metrics["loss"]), loss_of(params), rtol=1e-5, atol=1e-7)
     embed_only = jax.tree.map(np.zeros_like, grads)
@@ -201,9 +201,9 @@ def test_head_positions_buckets_the_most_trained_tokens_of_a_row():
     assert head_positions(batch, buckets=4) == 16  # 9 rounded up to a multiple of 32 / 4
     assert head_positions(batch, buckets=8) == 12
     assert head_positions(batch, buckets=1) is None
-    high_prob = np.zeros_like(loss_mask)
-    high_prob[0, 1:3] = True  # SPO's mask leaves 7 trained tokens in row 0
-    assert head_positions(dataclasses.replace(batch, high_prob=high_prob), buckets=8) == 8
+    dropped = np.zeros_like(loss_mask)
+    dropped[0, 1:3] = True  # SPO's mask leaves 7 trained tokens in row 0
+    assert head_positions(dataclasses.replace(batch, dropped=dropped), buckets=8) == 8
     full = loss_mask.copy()
     full[2, 1:] = True  # a row trained on every token after the first
     assert head_positions(batch_of(full), buckets=4) is None

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import jax
 import numpy as np
 import pytest
 
 import envs
+from prover_jax.credit.hosts import HostOptions
 from prover_jax.learner import Checkpoints, Learner
 from prover_jax.model_policy import SamplingConfig
+from prover_jax.plot import read_metrics
 from prover_jax.train import (
     TrainConfig,
     environment_texts,
@@ -28,7 +34,7 @@ def test_train_runs_and_resumes(tmp_path):
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
     cfg, params = tiny_model(len(tokenizer))
     config = TrainConfig(credit="prover+vict", steps=1, groups=2, group_size=2, max_actions=2,
-                         workers=1, run_dir=str(tmp_path), continuations=2,
+                         workers=1, run_dir=str(tmp_path), host=HostOptions(continuations=2),
                          sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512))
     first = train(config, cfg, params, tokenizer, log=lambda line: None)
     assert [row["step"] for row in first] == [0]
@@ -44,9 +50,11 @@ def test_train_runs_and_resumes(tmp_path):
         "credit.png", "time.png", "training.png"]
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
-    metrics = tmp_path / "metrics.jsonl"
+    metrics, proofs = tmp_path / "metrics.jsonl", tmp_path / "vict_proofs.jsonl"
     with metrics.open("a") as f:
         f.write(json.dumps({"step": 1, "reward/mean": -1.0}) + "\n")
+    proofs.write_text(json.dumps({"step": 0, "turn": 0}) + "\n"
+                      + json.dumps({"step": 1, "turn": 0}) + "\n")
     lines = []
     more = train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
                  log=lines.append)
@@ -54,6 +62,7 @@ def test_train_runs_and_resumes(tmp_path):
     assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert logged == json.loads(json.dumps(first + more))
+    assert [json.loads(line)["step"] for line in proofs.read_text().splitlines()] == [0]
     lines.clear()
     assert train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
                  log=lines.append) == []
@@ -70,9 +79,34 @@ def test_train_runs_and_resumes(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
 
 
+@pytest.mark.slow
+def test_tree_and_scheduled_rollouts(tmp_path):
+    """spo-tree trains on its trees' leaves; budget-matched GRPO's schedule sets each step's
+    group size."""
+    tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
+    cfg, params = tiny_model(len(tokenizer))
+    small = {"groups": 1, "max_actions": 2, "workers": 1,
+             "sampling": SamplingConfig(max_new_tokens=4, min_prompt_tokens=512)}
+    quiet = {"log": lambda line: None}
+    scheduled = train(TrainConfig(credit="budget-matched-grpo", steps=2, **small,
+                                  credit_config={"schedule": ((0, 2), (1, 3))},
+                                  run_dir=str(tmp_path / "scheduled")),
+                      cfg, params, tokenizer, **quiet)
+    assert [row["episode/count"] for row in scheduled] == [2, 3]
+    tree = train(TrainConfig(credit="spo-tree", steps=1, **small, run_dir=str(tmp_path / "tree"),
+                             credit_config={"depth": 2, "branch_actions": 1}),
+                 cfg, params, tokenizer, **quiet)[0]
+    # 2-2 branching, one action a level: 4 leaves of 2 actions, unless the episode ended
+    assert tree["episode/count"] <= 4 and tree["episode/actions"] <= 2
+    assert tree["credit/spo/tree_leaves"] == tree["episode/count"]
+    assert np.isfinite(tree["learner/loss"])
+
+
 def test_train_config_errors():
-    with pytest.raises(ValueError, match="needs trees rollouts"):
-        TrainConfig(credit="spo-tree")
+    with pytest.raises(ValueError, match=r"unknown key credit_config\.lamda"):
+        TrainConfig(credit="prover", credit_config={"lamda": 0.5})
+    with pytest.raises(ValueError, match=r"credit_config\.base\.lam: expected float"):
+        TrainConfig(credit="prover+vict", credit_config={"base": {"lam": "high"}})
     with pytest.raises(ValueError, match="unknown credit method"):
         TrainConfig(credit="nonexistent")
     with pytest.raises(ValueError, match=">= 1"):
@@ -97,32 +131,43 @@ def test_the_split_defaults_to_one_the_environment_has():
     assert task_split(envs.make("tau-airline"), None) == "test"
 
 
+KILL_ARGS = ["--steps", "3", "--groups", "2", "--group-size", "2", "--checkpoint-every", "1",
+             "--set", "max_actions=2", "--set", "workers=1", "--set", "host.continuations=2",
+             "--set", "sampling.max_new_tokens=4", "--set", "sampling.min_prompt_tokens=512"]
+
+
+def without_times(rows):  # wall-clock seconds are the one thing that may differ
+    return [{k: v for k, v in row.items() if not k.startswith("time/")
+             and not k.endswith("wall_s")} for row in rows]
+
+
 @pytest.mark.slow
-def test_a_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path):
-    """A run stopped after step 1 and resumed matches one that never stopped: same metrics,
-    same params, same key, with prover's and VICT's host sides in the step. (A random model
-    wins no episode, so no group reaches the judge: the random draws are the rollouts'.) A
-    kill mid-save is covered by the checkpoint tests."""
-    tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
-    cfg, params = tiny_model(len(tokenizer))
-    config = TrainConfig(credit="prover+vict", steps=2, groups=2, group_size=2, max_actions=2,
-                         workers=1, continuations=2, checkpoint_every=1,
-                         sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512))
-    quiet = {"log": lambda line: None}
-    whole = dataclasses.replace(config, run_dir=str(tmp_path / "whole"))
-    cut = dataclasses.replace(config, run_dir=str(tmp_path / "cut"))
-    uninterrupted = train(whole, cfg, params, tokenizer, **quiet)
-    resumed = (train(dataclasses.replace(cut, steps=1), cfg, params, tokenizer, **quiet)
-               + train(cut, cfg, params, tokenizer, **quiet))
-
-    def without_times(rows):  # wall-clock seconds are the one thing that may differ
-        return [{k: v for k, v in row.items() if not k.startswith("time/")
-                 and not k.endswith("wall_s")} for row in rows]
-
-    assert without_times(resumed) == without_times(uninterrupted)
-    learner = Learner(cfg, config.learner)
-    states = [Checkpoints(tmp_path / run / "checkpoints").restore(learner.abstract_state())
-              for run in ("whole", "cut")]
-    assert int(states[0].step) == int(states[1].step) == 2
+@pytest.mark.parametrize("method", ["grpo", "prover+vict"])  # both ProVer's and VICT's host sides
+def test_a_run_killed_and_resumed_is_bit_identical_to_an_uninterrupted_one(tmp_path, method):
+    """A training process SIGKILLed after its first step and resumed matches a run that never
+    stopped: same metrics, same params, same key and data position. (A random model wins no
+    episode, so no group reaches ProVer's judge: the random draws are the rollouts'.)"""
+    args = [*KILL_ARGS, "--credit", method]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    main([*args, "--run-dir", str(whole)])
+    process = subprocess.Popen([sys.executable, "-m", "prover_jax.train", *args,
+                                "--run-dir", str(cut)], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    metrics = cut / "metrics.jsonl"
+    while process.poll() is None and not (metrics.exists() and metrics.read_text()):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # mid step 1, the pool's workers too
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    assert len(metrics.read_text().splitlines()) < 3
+    main([*args, "--run-dir", str(cut)])
+    assert without_times(read_metrics(cut)) == without_times(read_metrics(whole))
+    assert [row["step"] for row in read_metrics(cut)] == [0, 1, 2]
+    tokenizer = tiny_tokenizer(environment_texts(envs.make("household")))
+    cfg, _ = tiny_model(len(tokenizer))
+    learner = Learner(cfg, TrainConfig().learner)
+    states = [Checkpoints(run / "checkpoints").restore(learner.abstract_state())
+              for run in (whole, cut)]
+    assert int(states[0].step) == int(states[1].step) == 3
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
