@@ -174,9 +174,10 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
     last checkpoint); returns the metrics of the steps it ran.
 
     The run directory holds ``config.json`` (the resolved config), ``metrics.jsonl`` (one line
-    per step, the same scalars as TensorBoard events in ``tensorboard/``), ``checkpoints/`` and
-    ``plots/`` (drawn at the end, `prover_jax.plot`). Without one, a temporary directory is
-    used and removed at the end.
+    per step, the same scalars as TensorBoard events in ``tensorboard/``), the host side's
+    records (``prover_proposals.jsonl``, ``vict_proofs.jsonl``: one line per item, with its
+    step), ``checkpoints/`` and ``plots/`` (drawn at the end, `prover_jax.plot`). Without one,
+    a temporary directory is used and removed at the end.
 
     Raises:
       ValueError: an unknown environment or split; a run directory holding another config

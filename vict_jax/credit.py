@@ -13,6 +13,7 @@ import numpy as np
 
 from prover_jax import credit
 from prover_jax.credit import hosts, registry
+from vict_jax.core import ABSTENTIONS
 from vict_jax.pipeline import Rollout, batch_inputs, credit_group, proof_records
 from vict_jax.redistribute import RedistributionConfig, normalise, redistribute
 
@@ -66,11 +67,18 @@ def vict_host(options: hosts.HostOptions, config: VictConfig) -> hosts.HostSide:
         normalised = normalise(inputs["marginals"], inputs["eligible"], inputs["omega"],
                                group_ids, redistribution.center, redistribution.norm_eps)
         records = proof_records(credits, np.asarray(normalised.values), inputs["omega"])
-        return hosts.HostOutput(
-            inputs, {"vict/abstained": sum(r is not None for r in reasons) / len(reasons)},
-            {"vict_proofs": records})
+        return hosts.HostOutput(inputs, abstentions(reasons), {"vict_proofs": records})
 
     return host
+
+
+def abstentions(reasons: list[str | None]) -> hosts.Diagnostics:
+    """The share of rollouts VICT abstained on, in all (`vict/abstained`) and per reason
+    (`vict/abstain/<reason>`)."""
+    out = {"vict/abstained": sum(r is not None for r in reasons) / len(reasons)}
+    for reason in ABSTENTIONS:
+        out[f"vict/abstain/{reason}"] = reasons.count(reason) / len(reasons)
+    return out
 
 
 def _composed_host(base: hosts.HostFactory | None) -> hosts.HostFactory:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from prover_jax.credit import spo_tree
 from prover_jax.rollout import ScriptedPolicy, run, start
 from prover_jax.spo_rollouts import (
     budget_matched_schedule,
+    budget_schedule_of_run,
     spo_chain_values,
     spo_tree_inputs,
     spo_trees,
@@ -85,3 +87,14 @@ def test_budget_matched_schedule():
         (0, 9), (2, 12)]  # 8 × 1.1 = 8.8 → 9; 8 × 1.5 = 12; the last phase repeats 12
     with pytest.raises(ValueError):
         budget_matched_schedule([0.1], group_size=0, phase_steps=1)
+
+
+def test_a_budget_schedule_from_a_prover_runs_metrics(tmp_path):
+    key = "credit/prover/extra_env_steps_fraction"
+    rows = [{"step": s, key: f} for s, f in enumerate([0.1, 0.1, 0.5, 0.5, 0.5])]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert budget_schedule_of_run(tmp_path, 8, phase_steps=2) == budget_matched_schedule(
+        [0.1, 0.1, 0.5, 0.5, 0.5], 8, 2)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "reward/mean": 0.5}) + "\n")
+    with pytest.raises(ValueError, match="no credit/prover/extra_env_steps_fraction"):
+        budget_schedule_of_run(tmp_path, 8)

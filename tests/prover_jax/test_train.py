@@ -40,6 +40,9 @@ def test_train_runs_and_resumes(tmp_path):
     assert [row["step"] for row in first] == [0]
     row = first[0]
     assert row["episode/actions"] == 2 and "credit/vict/abstained" in row
+    assert row["credit/vict/abstained"] == pytest.approx(sum(  # every reason, always logged
+        v for k, v in row.items() if k.startswith("credit/vict/abstain/")))
+    assert "credit/vict/abstain/near-tie" in row
     assert "credit/prover/eligible_groups" in row and row["episode/overflow"] == 0
     # the learner's first look at the sampled streams: same params, so only float rounding
     assert row["learner/behaviour_gap"] < 1e-4 and row["learner/behaviour_kl"] < 1e-7
@@ -119,6 +122,9 @@ def test_train_config_errors():
     (["--steps", "0"], ">= 1"), (["--groups", "0"], ">= 1"),
     (["--env", "nonexistent"], "unknown environment 'nonexistent'"),
     (["--env", "tau-airline", "--split", "train"], "no split 'train'"),
+    (["--match-budget", "runs/x"], "pass --credit budget-matched-grpo"),
+    (["--credit", "budget-matched-grpo", "--match-budget", "/nonexistent"], "no metrics"),
+    (["--set", "credit_config.lamda=1", "--credit", "prover"], "unknown key credit_config.lamda"),
 ])
 def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
