@@ -167,6 +167,7 @@ def make(name: str, **config: Any) -> Env:
 # Built-in environments, imported on first use (their imports are heavy: indexes, databases).
 _BUILTIN: dict[str, str] = {
     "household": "envs.household",
+    "household-small": "envs.household",
     "webshop": "envs.webshop",
     "searchqa": "envs.searchqa",
     "tau-retail": "envs.tau",

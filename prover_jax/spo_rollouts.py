@@ -91,8 +91,9 @@ class SpoTree:
 
 
 def default_branch_actions(env: str) -> int:
-    """Actions per tree level in SPO's setups: 4 in household, 1 elsewhere."""
-    return 4 if env == "household" else 1
+    """Actions per tree level in SPO's setups: 4 in household (2 in its small rooms), 1
+    elsewhere."""
+    return {"household": 4, "household-small": 2}.get(env, 1)
 
 
 def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.Random,

@@ -47,7 +47,7 @@ class State(NamedTuple):
 @functools.lru_cache(maxsize=256)
 def world_of(task: Task) -> World:
     """The generated world of ``task`` (cached: generation is deterministic)."""
-    return world_lib.generate(task_seed(task))
+    return world_lib.generate(task_seed(task), small=task.env == HouseholdSmall.name)
 
 
 def initial_state(task: Task, world: World) -> State:
@@ -343,7 +343,7 @@ class Household(Env):
         return admissible(world, state)
 
     def instruction(self) -> str:
-        return INSTRUCTION
+        return INSTRUCTION.replace("{max_turns}", str(self.max_turns))
 
     def expert_action(self) -> str:
         from envs.household.expert import expert_action
@@ -373,8 +373,18 @@ INSTRUCTION = (
     "{receptacle}, take {object} from {receptacle}, put {object} in/on {receptacle}, heat "
     "{object} with {microwave}, cool {object} with {fridge}, clean {object} with {sinkbasin}, "
     "use {lamp}, examine {something}, inventory, look. Use the names exactly as the "
-    "observations write them (for example \"cabinet 2\"). Complete the task in at most 50 "
-    "actions."
+    "observations write them (for example \"cabinet 2\"). Complete the task in at most "
+    "{max_turns} actions."
 )
 
+
+class HouseholdSmall(Household):
+    """The same game in small rooms (`world.generate(small=True)`): one receptacle of each
+    type, 3-5 object types, the expert done in a median of 6 actions; 20 actions at most."""
+
+    name = "household-small"
+    max_turns = 20
+
+
 register(Household.name, Household)
+register(HouseholdSmall.name, HouseholdSmall)

@@ -8,6 +8,13 @@ types over an object type and a receptacle type, phrased with one of ALFWorld's 
 
 The task-type mix follows ALFWorld's training set (pick 22%, look 9%, clean 18%, heat 13%,
 cool 15%, pick two 23%).
+
+``generate(seed, small=True)`` makes the rooms of ``household-small``: the same task types,
+goals, phrasing and rules, but at most one receptacle of each type, 3-5 object types with one
+or two of each, and only the receptacles that matter (where an object starts, the target, the
+appliance) plus two distractors. The expert then needs a median of 6 actions (at most 11), and
+an observation lists about 7 receptacles instead of 20, which is what a model of a few million
+parameters trained on two CPU cores can learn to act in.
 """
 
 from __future__ import annotations
@@ -181,26 +188,29 @@ class World:
         return self.mask(LAMP)
 
 
-def generate(seed: int) -> World:
-    """The world and goal of one seed; retries layouts until the goal is achievable."""
+def generate(seed: int, small: bool = False) -> World:
+    """The world and goal of one seed; retries layouts until the goal is achievable.
+    ``small``: a ``household-small`` room (see the module docstring)."""
     rng = random.Random(seed)
     task_type = rng.choices(TASK_TYPES, TASK_WEIGHTS)[0]
     while True:
-        world = _try_generate(rng, task_type)
+        world = _try_generate(rng, task_type, small)
         if world is not None:
             return world
 
 
-def _try_generate(rng: random.Random, task_type: TaskType) -> World | None:
+def _try_generate(rng: random.Random, task_type: TaskType, small: bool = False) -> World | None:
     room = rng.choice(_rooms_for(task_type))
-    receptacle_types = _sample_receptacles(rng, room)
-    objects = _sample_objects(rng, room, receptacle_types, task_type)
+    receptacle_types = _sample_receptacles(rng, room, small)
+    objects = _sample_objects(rng, room, receptacle_types, task_type, small)
     if objects is None:
         return None
     goal = _sample_goal(rng, task_type, room, receptacle_types, objects)
     if goal is None:
         return None
     goal_type, target_type = goal
+    if small:
+        receptacle_types = _relevant(rng, receptacle_types, objects, task_type, target_type)
     names, types = _number(receptacle_types)
     object_names, object_types = _number([t for t, _ in objects])
     starts = []
@@ -233,26 +243,30 @@ def _rooms_for(task_type: TaskType) -> tuple[str, ...]:
     return ROOMS
 
 
-def _sample_receptacles(rng: random.Random, room: str) -> list[str]:
+def _sample_receptacles(rng: random.Random, room: str, small: bool = False) -> list[str]:
     chosen = []
     for receptacle_type, (_, rooms) in RECEPTACLES.items():
         low, high = rooms.get(room, (0, 0))
-        chosen += [receptacle_type] * rng.randint(low, high)
+        count = rng.randint(low, high)
+        chosen += [receptacle_type] * (min(count, 1) if small else count)
     if room in ("bedroom", "livingroom") and not any(t in _LAMP_PLACES for t in chosen):
         chosen.append("sidetable")
     return chosen
 
 
-def _sample_objects(rng, room, receptacle_types, task_type) -> list[tuple[str, str]] | None:
+def _sample_objects(rng, room, receptacle_types, task_type, small=False
+                    ) -> list[tuple[str, str]] | None:
     """(object type, receptacle type it starts in) for every object of the room."""
     present = set(receptacle_types)
     candidates = [t for t, (rooms, places, _) in OBJECTS.items()
                   if room in rooms and present.intersection(places)]
-    kinds = rng.sample(candidates, min(len(candidates), rng.randint(8, 14)))
+    kinds = rng.sample(candidates, min(len(candidates),
+                                       rng.randint(3, 5) if small else rng.randint(8, 14)))
+    copies, weights = ((1, 2), (2, 1)) if small else ((1, 2, 3), (5, 3, 1))
     objects = []
     for object_type in kinds:
         places = [p for p in OBJECTS[object_type][1] if p in present]
-        for _ in range(rng.choices((1, 2, 3), (5, 3, 1))[0]):
+        for _ in range(rng.choices(copies, weights)[0]):
             objects.append((object_type, rng.choice(places)))
     if room in ("bedroom", "livingroom"):
         lamp_places = [p for p in _LAMP_PLACES if p in present]
@@ -283,6 +297,15 @@ def _sample_goal(rng, task_type, room, receptacle_types, objects) -> tuple[str, 
     if not targets:
         return None
     return goal_type, rng.choice(targets)
+
+
+def _relevant(rng, receptacle_types, objects, task_type, target_type) -> list[str]:
+    """The receptacle types a small room keeps: where objects start, the target, the
+    appliance, and two distractors, in their original order."""
+    needed = {where for _, where in objects} | {target_type, APPLIANCE.get(task_type, "")}
+    others = sorted(set(receptacle_types) - needed)
+    needed |= set(rng.sample(others, min(2, len(others))))
+    return [t for t in receptacle_types if t in needed]
 
 
 def _number(types: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:

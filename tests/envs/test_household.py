@@ -213,3 +213,31 @@ def test_turn_limit_truncates():
     steps = [env.step("look") for _ in range(env.max_turns)]
     assert not any(s.done for s in steps[:-1])
     assert steps[-1].done and steps[-1].info["truncated"] and steps[-1].reward == 0.0
+
+
+def test_small_rooms_keep_the_game_and_shrink_the_search():
+    env, full = envs.make("household-small"), envs.make("household")
+    assert env.max_turns == 20 and "at most 20 actions" in env.instruction()
+    tasks = env.tasks("train")[:200]
+    worlds = [hh.world_of(t) for t in tasks]
+    assert set(collections.Counter(w.task_type for w in worlds)) == set(TASK_TYPES)
+    for world in worlds:  # one receptacle a type; every object's start is kept
+        assert len(set(world.receptacle_types)) == len(world.receptacle_types) <= 10
+        assert set(world.start) <= set(range(len(world.receptacles)))
+        assert 3 <= len(set(world.object_types) - {"desklamp"}) <= 5
+    sizes = [len(w.receptacles) for w in worlds]
+    assert sum(sizes) < 0.5 * sum(len(hh.world_of(t).receptacles)
+                                  for t in full.tasks("train")[:200])
+    assert not {hh.world_of(t) for t in env.tasks("eval")} & set(worlds)
+    lengths = []
+    for task in tasks:  # the expert still solves them, in fewer actions than the cap
+        env.reset(task)
+        turns = 1
+        while not (step := env.step(env.expert_action())).done:
+            turns += 1
+        assert step.info["won"], task
+        lengths.append(turns)
+    assert max(lengths) < env.max_turns and sorted(lengths)[len(lengths) // 2] <= 7
+    # the verifier and its atoms work on small worlds as on full ones
+    env.reset(tasks[0])
+    assert env.verifier(tasks[0]).atoms
