@@ -86,6 +86,16 @@ def parse_action(reply: str) -> str:
     return _THINK.sub("", reply).strip()
 
 
+def next_context(agent_format: AgentFormat, episode: Episode) -> np.ndarray:
+    """int32 [C] the tokens an episode's next reply reads after its stream so far: the prompt
+    first, then the block after each reply (a prefix's recorded context, where it has one)."""
+    if episode.next_context_ids:
+        return np.asarray(episode.next_context_ids, np.int32)
+    if not episode.actions:
+        return agent_format.prompt(episode.observations[0])
+    return agent_format.after_reply(episode.actions[-1].token_ids, episode.observations[-1])
+
+
 def stream_ids(episode: Episode) -> np.ndarray:
     """int32 [L] the episode's token stream through its last reply ([0] without actions)."""
     if not episode.actions:
@@ -159,11 +169,7 @@ class ModelPolicy(Policy):
 
     def context(self, episode: Episode) -> np.ndarray:
         """int32 [C] the tokens the episode's next reply reads after its stream so far."""
-        if episode.next_context_ids:
-            return np.asarray(episode.next_context_ids, np.int32)
-        if not episode.actions:
-            return self.format.prompt(episode.observations[0])
-        return self.format.after_reply(episode.actions[-1].token_ids, episode.observations[-1])
+        return next_context(self.format, episode)
 
     def prompt(self, episode: Episode) -> np.ndarray:
         """int32 [P] everything the episode's next reply is sampled after."""

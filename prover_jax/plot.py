@@ -2,13 +2,14 @@
 
 Reads ``RUN_DIR/metrics.jsonl`` and writes PNGs to ``RUN_DIR/plots/``:
 
-- ``training.png``: reward, success rate, KL to the reference and to the sampler, entropy and
-  gradient norm against the step;
-- ``credit.png``: every diagnostic of the run's credit method (``credit/...``), one panel each;
+- ``training.png``: those of reward, success rate, the SFT losses, KL to the reference and to
+  the sampler, entropy and gradient norm that the run logs, against the step;
+- ``eval.png``: the held-out evaluations (``eval/...``), one panel each;
+- ``credit.png``: every diagnostic of the run's credit method (``credit/...``);
 - ``time.png``: seconds per step by phase (rollout, credit, learner, checkpoint).
 
-The trainer redraws them at the end of a run; this command redraws them at any time, e.g.
-while a run is going.
+The trainer and `prover_jax.sft` redraw them at the end of a run; this command redraws them at
+any time, e.g. while a run is going.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 TRAINING = (("reward/mean", "reward"), ("success/rate", "success rate"),
+            ("sft/nll", "NLL (train batch)"), ("sft/heldout_nll", "NLL (held out)"),
             ("learner/kl", "KL to the reference"), ("learner/behaviour_kl", "KL to the sampler"),
             ("learner/entropy", "entropy"), ("learner/grad_norm", "gradient norm"))
+# Metric families drawn each into its own figure: (key prefix, title).
+FAMILIES = (("eval", "held-out evaluation"), ("credit", "credit diagnostics"),
+            ("time", "seconds per step"))
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
@@ -74,13 +79,12 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     rows = read_metrics(run_dir)
     keys = sorted({k for r in rows for k in r})
     out = run_dir / "plots"
-    written = [_panels(out / "training.png", rows, TRAINING, f"training: {run_dir.name}")]
-    credit = [(k, k.removeprefix("credit/")) for k in keys if k.startswith("credit/")]
-    if credit:
-        written.append(_panels(out / "credit.png", rows, credit, "credit diagnostics"))
-    times = [(k, k.removeprefix("time/")) for k in keys if k.startswith("time/")]
-    if times:
-        written.append(_panels(out / "time.png", rows, times, "seconds per step"))
+    training = [(k, label) for k, label in TRAINING if k in keys]
+    written = [_panels(out / "training.png", rows, training, f"training: {run_dir.name}")]
+    for prefix, title in FAMILIES:
+        family = [(k, k.removeprefix(f"{prefix}/")) for k in keys if k.startswith(f"{prefix}/")]
+        if family:
+            written.append(_panels(out / f"{prefix}.png", rows, family, title))
     return written
 
 

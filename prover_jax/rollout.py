@@ -127,6 +127,11 @@ class ScriptedPolicy(Policy):
 
     def act(self, episodes, slots, pool, rng):
         del episodes
+        return [Action(text) for text, _ in self.choose(slots, pool, rng)]
+
+    def choose(self, slots: Sequence[int], pool: EnvPool, rng: random.Random
+               ) -> list[tuple[str, bool]]:
+        """(action text, whether it is a random one) for each slot."""
         explore = [rng.random() < self.epsilon for _ in slots]
         seeds = [rng.getrandbits(63) for _ in slots]
         expert = [s for s, e in zip(slots, explore) if not e]
@@ -135,7 +140,7 @@ class ScriptedPolicy(Policy):
         if randoms:
             chosen = pool.random_actions([s for s, _ in randoms], [seed for _, seed in randoms])
             texts.update(zip([s for s, _ in randoms], chosen))
-        return [Action(texts[s]) for s in slots]
+        return [(texts[s], e) for s, e in zip(slots, explore)]
 
 
 def start(task: Task) -> Episode:

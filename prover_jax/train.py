@@ -36,11 +36,12 @@ import envs
 from envs.pool import EnvPool
 from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
-from prover_jax import credit
+from prover_jax import credit, runs
 from prover_jax.batch import pack_streams
 from prover_jax.config import build, flatten, to_dict
 from prover_jax.config import load as load_config
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
+from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.plot import plot_run
@@ -54,6 +55,22 @@ from prover_jax.spo_rollouts import (
 
 CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
 TENSORBOARD = "tensorboard"
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyModel:
+    """The random Qwen3, and the byte-level BPE trained on the environment's texts, that a run
+    builds when it starts from no model (`tiny`)."""
+
+    vocab_size: int = 512
+    hidden_size: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 16
+    intermediate_size: int = 128
+    tokenizer_episodes: int = 20  # expert episodes whose texts train the tokenizer
+    seed: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +94,10 @@ class TrainConfig:
     seed: int = 0
     run_dir: str | None = None
     checkpoint_every: int = 10  # steps between checkpoints (the last step is always saved)
+    init: str | None = None  # start from a run directory (e.g. an SFT run) or a model folder
+    tiny: TinyModel = dataclasses.field(default_factory=TinyModel)  # the model without init
+    eval_every: int = 0  # steps between held-out evaluations into metrics.jsonl (0: none)
+    evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     sampling: SamplingConfig = dataclasses.field(
         default_factory=lambda: SamplingConfig(max_new_tokens=16))
     learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
@@ -89,9 +110,9 @@ class TrainConfig:
                              f"{sorted(method.inputs)}; one of {trainable_methods()}")
         self.credit_settings()
         if min(self.steps, self.groups, self.group_size, self.workers,
-               self.checkpoint_every) < 1:
+               self.checkpoint_every) < 1 or self.eval_every < 0:
             raise ValueError("steps, groups, group_size, workers and checkpoint_every must be "
-                             ">= 1")
+                             ">= 1, eval_every >= 0")
         s = self.sampling
         if (s.temperature, s.top_k, s.top_p) != (1.0, 0, 1.0):
             raise ValueError("the learner scores tokens under the model's plain softmax, so the "
@@ -121,13 +142,31 @@ def tiny_tokenizer(texts: Sequence[str], vocab_size: int = 512):
         chat_template=CHATML_TEMPLATE)
 
 
-def tiny_model(vocab_size: int, seed: int = 0):
-    """A two-layer Qwen3 with random weights: (config, float32 params)."""
-    cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=vocab_size, hidden_size=64,
-                          intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                          head_dim=16, qk_norm=True)
+def tiny_model(vocab_size: int, seed: int = 0, shape: TinyModel = TinyModel()):
+    """A Qwen3 of `shape` with random weights: (config, float32 params)."""
+    cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=vocab_size, hidden_size=shape.hidden_size,
+                          intermediate_size=shape.intermediate_size, num_layers=shape.layers,
+                          num_heads=shape.heads, num_kv_heads=shape.kv_heads,
+                          head_dim=shape.head_dim, qk_norm=True)
     params = qwen.init_numpy(cfg, seed)
     return cfg, params
+
+
+def tiny(env: envs.Env, shape: TinyModel, split: str | None = None):
+    """``(cfg, params, tokenizer)``: `shape`'s model and a tokenizer trained on `env`'s
+    texts."""
+    texts = environment_texts(env, shape.tokenizer_episodes, shape.seed, split)
+    tokenizer = tiny_tokenizer(texts, shape.vocab_size)
+    cfg, params = tiny_model(len(tokenizer), shape.seed, shape)
+    return cfg, params, tokenizer
+
+
+def initial_model(env: envs.Env, init: str | None, shape: TinyModel, split: str | None = None):
+    """``(cfg, params, tokenizer)`` a run starts from: `init` (a run directory's newest
+    checkpoint or a Hugging Face model folder, `prover_jax.runs.load`), else `tiny`."""
+    if init is not None:
+        return runs.load(init)
+    return tiny(env, shape, split)
 
 
 def task_split(env: envs.Env, split: str | None) -> str:
@@ -222,7 +261,7 @@ def write_run_config(directory: Path, config: TrainConfig) -> None:
     tmp.replace(path)
 
 
-def _keep_steps_before(path: Path, steps_done: int) -> None:
+def keep_steps_before(path: Path, steps_done: int) -> None:
     """Drops a JSONL file's lines of steps after the last checkpoint (a resumed run redoes
     them)."""
     lines = [line for line in path.read_text().splitlines()
@@ -295,6 +334,7 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
     restored = checkpoints.restore(learner.abstract_state())
     write_run_config(directory, config)
+    runs.save_model(directory, cfg, tokenizer)
     state = restored or learner.init(params, rng=config.seed)
     done = int(state.step)
     if restored is not None and done >= config.steps:
@@ -302,7 +342,7 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     elif restored is not None:
         log(f"resumed from {directory}: {done} of {config.steps} steps done")
     for path in directory.glob("*.jsonl"):
-        _keep_steps_before(path, done)
+        keep_steps_before(path, done)
     history = []
     board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
     progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None,
@@ -339,9 +379,13 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
                 checkpoints.save(state)
             laps.lap("checkpoint")
+            evaluation = {}
+            if config.eval_every and (step + 1) % config.eval_every == 0:
+                evaluation = held_out(config, pool, state.params, cfg, tokenizer, env)
+                laps.lap("eval")
             episodes = [e for group in groups for e in group]
             row = {"step": step, **step_metrics(episodes, metrics, output.diagnostics,
-                                                laps.seconds)}
+                                                laps.seconds), **evaluation}
             append_lines(directory / f"{METRICS}.jsonl", [row])
             for name, records in output.records.items():  # e.g. prover_proposals.jsonl
                 append_lines(directory / f"{name}.jsonl", [{"step": step, **r} for r in records])
@@ -361,6 +405,19 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     if history:
         plot_run(directory)
     return history
+
+
+def held_out(config: TrainConfig, pool: EnvPool, params, cfg, tokenizer, env: envs.Env
+             ) -> dict[str, float]:
+    """``eval/<mode>/<metric>`` of `params` on the held-out tasks (`config.evaluation`, with
+    the run's reply length and action cap where it sets none)."""
+    settings = config.evaluation
+    settings = dataclasses.replace(
+        settings, max_new_tokens=settings.max_new_tokens or config.sampling.max_new_tokens,
+        max_actions=settings.max_actions or config.max_actions)
+    tasks = env.tasks(eval_split(env, settings.split))[: settings.tasks]
+    results = evaluate_model(pool, params, cfg, tokenizer, settings, tasks)
+    return {f"eval/{mode}/{k}": v for mode, metrics in results.items() for k, v in metrics.items()}
 
 
 def append_lines(path: Path, records: Sequence[dict]) -> None:
@@ -412,13 +469,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, kind in SHORTHANDS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
                             help=f"shorthand for --set {name}=...")
-    parser.add_argument("--model", help="a local Hugging Face Qwen folder (default: tiny random)")
+    parser.add_argument("--init", "--model", dest="init_path", metavar="PATH",
+                        help="start from a run directory (an SFT run's newest checkpoint) or a "
+                             "local Hugging Face Qwen folder (default: a tiny random Qwen3); "
+                             "shorthand for --set init=PATH")
     parser.add_argument("--match-budget", metavar="RUN_DIR",
                         help="budget-matched-grpo: group sizes that spend what the ProVer run "
                              "in RUN_DIR spent on verification, phase by phase of 10 steps")
     args = parser.parse_args(argv)
     overrides = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
-                 if getattr(args, name) is not None] + args.set
+                 if getattr(args, name) is not None]
+    overrides += [f"init={args.init_path}"] * bool(args.init_path) + args.set
     try:
         config = load_config(TrainConfig, args.config, overrides)
         if args.match_budget:
@@ -432,14 +493,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         split = task_split(env, config.split)
     except (ValueError, OSError) as e:
         parser.error(str(e))
-    if args.model:
-        from models.qwen.chat import load_tokenizer
-
-        tokenizer = load_tokenizer(args.model)
-        cfg, params = qwen.load(args.model)
-    else:
-        tokenizer = tiny_tokenizer(environment_texts(env, split=split))
-        cfg, params = tiny_model(len(tokenizer))
+    cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
     train(config, cfg, params, tokenizer)
 
 

@@ -1,0 +1,64 @@
+"""Run directories as models: the architecture and tokenizer a run trains, and its weights.
+
+A run directory of the trainer or of `prover_jax.sft` keeps the model it trains in ``model/``:
+the Hugging Face ``config.json`` and the tokenizer files (with the chat template), but no
+weights; those are in its checkpoints. `load` turns a run directory (its newest checkpoint) or
+a Hugging Face model folder into ``(cfg, params, tokenizer)``, so evaluation, a warm start
+(``--init``) and a user's own code read either the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from models import qwen
+from models.qwen.chat import load_tokenizer
+
+MODEL = "model"
+
+
+def save_model(directory: str | Path, cfg: qwen.QwenConfig, tokenizer) -> None:
+    """Writes ``directory/model/`` (config and tokenizer) unless it is already there."""
+    folder = Path(directory) / MODEL
+    if (folder / "config.json").exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(qwen.to_hf_config(cfg), indent=2) + "\n")
+
+
+def is_run(path: str | Path) -> bool:
+    """Whether `path` is a run directory holding its model."""
+    path = Path(path)
+    return (path / "config.json").exists() and (path / MODEL / "config.json").exists()
+
+
+def load(path: str | Path):
+    """``(cfg, float32 params, tokenizer)`` of a run directory's newest checkpoint, or of a
+    Hugging Face model folder.
+
+    Raises:
+      FileNotFoundError: neither a run directory with a checkpoint nor a model folder.
+    """
+    path = Path(path)
+    if not is_run(path):
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path}: neither a run directory (config.json and model/) "
+                                    "nor a Hugging Face model folder")
+        cfg, params = qwen.load(path)
+        return cfg, params, load_tokenizer(path)
+    from prover_jax.config import build
+    from prover_jax.learner import Checkpoints, Learner, LearnerConfig
+
+    cfg = qwen.read_config(path / MODEL)
+    learner_config = build(LearnerConfig, json.loads((path / "config.json").read_text())
+                           .get("learner", {}), "learner.")
+    checkpoints = Checkpoints(path / "checkpoints")
+    try:
+        state = checkpoints.restore(Learner(cfg, learner_config).abstract_state())
+    finally:
+        checkpoints.close()
+    if state is None:
+        raise FileNotFoundError(f"{path}: the run has no checkpoint yet")
+    return cfg, state.params, load_tokenizer(path / MODEL)

@@ -1,0 +1,299 @@
+"""Supervised warm start on expert demonstrations: ``python -m prover_jax.sft``.
+
+The environment's expert plays ``demonstrations`` training tasks, a share ``noise`` of its
+actions replaced by random admissible ones, so that the model also sees states off the
+expert's path and the expert's recovery from them. Every episode becomes the token stream a
+rollout of the model would have been (`models.qwen.chat.AgentFormat`: the prompt, each reply as
+the action text and the end-of-turn token, each observation block), and the loss is the
+negative log-likelihood of the expert's reply tokens: the random actions stay in the context
+but are not trained on. The update is the learner's own step with advantage 1 on those tokens
+and the current policy as the old one, whose gradient is the NLL's.
+
+The run directory has the trainer's layout (``config.json``, ``model/``, ``checkpoints/``,
+``metrics.jsonl``, ``tensorboard/``, ``plots/``) and resumes the same way. Every
+``eval_every`` steps it logs the NLL of expert demonstrations on held-out tasks
+(``sft/heldout_nll``) and a greedy evaluation of the model on them (``eval/greedy/...``,
+`prover_jax.evaluate`). ``python -m prover_jax.train --init RUN_DIR`` then starts RL from the
+newest checkpoint, with the run's tokenizer.
+
+Without ``--init`` the model is a tiny random Qwen3 (`TinyModel`, here about 1.1M parameters)
+whose byte-level BPE is trained on the environment's observations and actions, so that an
+action is a few tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import random
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from tensorboardX import SummaryWriter
+
+import envs
+from envs.pool import EnvPool
+from models.qwen.chat import AgentFormat
+from prover_jax import runs
+from prover_jax.batch import pack_streams
+from prover_jax.config import load as load_config
+from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
+from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
+from prover_jax.model_policy import next_context
+from prover_jax.plot import plot_run
+from prover_jax.rollout import Action, Episode, Policy, ScriptedPolicy, run, start
+from prover_jax.train import (
+    CHECKPOINTS,
+    METRICS,
+    TENSORBOARD,
+    Laps,
+    TinyModel,
+    append_lines,
+    check_run_config,
+    initial_model,
+    keep_steps_before,
+    task_at,
+    task_split,
+    write_run_config,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SftConfig:
+    """A warm-start run. ``tiny`` is the model when ``init`` (a run directory or a model
+    folder) is None."""
+
+    env: str = "household-small"
+    split: str | None = None  # the demonstrations' tasks (None: "train", else the first split)
+    demonstrations: int = 512  # expert episodes trained on
+    noise: float = 0.2  # share of the expert's actions replaced by random ones (not trained on)
+    heldout: int = 32  # expert episodes on held-out tasks for the held-out NLL
+    steps: int = 300
+    batch_size: int = 16
+    max_actions: int | None = None  # cap per episode (None: the environment's turn limit)
+    workers: int = 2
+    seed: int = 0
+    run_dir: str | None = None
+    checkpoint_every: int = 50
+    eval_every: int = 100  # steps between held-out NLL and evaluation (0: only at the end)
+    evaluation: EvalConfig = dataclasses.field(
+        default_factory=lambda: EvalConfig(samples=0, max_new_tokens=24))
+    init: str | None = None
+    tiny: TinyModel = dataclasses.field(default_factory=lambda: TinyModel(
+        vocab_size=1024, hidden_size=128, layers=4, heads=4, kv_heads=2, head_dim=32,
+        intermediate_size=384, tokenizer_episodes=200))
+    learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
+        optimizer=OptimizerConfig(learning_rate=1e-3, warmup_steps=20), compute_dtype="float32"))
+
+    def __post_init__(self):
+        if min(self.demonstrations, self.heldout, self.steps, self.batch_size, self.workers,
+               self.checkpoint_every) < 1 or self.eval_every < 0:
+            raise ValueError("demonstrations, heldout, steps, batch_size, workers and "
+                             "checkpoint_every must be >= 1, eval_every >= 0")
+        if not 0.0 <= self.noise < 1.0:
+            raise ValueError(f"noise must be in [0, 1), got {self.noise}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Demonstration(Action):
+    """A demonstrated action: `expert` False for a random one (context, not a target)."""
+
+    expert: bool = True
+
+
+class DemonstrationPolicy(Policy):
+    """The expert (with random actions mixed in) as token streams: each reply is the action's
+    text tokenized, then the end-of-turn token, after the context a model would have read."""
+
+    def __init__(self, tokenizer, system: str, noise: float = 0.0):
+        self.format = AgentFormat(tokenizer, system)
+        self.tokenizer = tokenizer
+        self.scripted = ScriptedPolicy(noise)
+
+    def act(self, episodes, slots, pool, rng):
+        actions = []
+        for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rng)):
+            reply = (*self.tokenizer.encode(text, add_special_tokens=False),
+                     self.format.end_of_turn)
+            context = tuple(int(i) for i in next_context(self.format, episode))
+            actions.append(Demonstration(text, reply, (0.0,) * len(reply), context, not noisy))
+        return actions
+
+
+def demonstrations(pool: EnvPool, policy: DemonstrationPolicy, tasks: Sequence[envs.Task],
+                   rng: random.Random, max_actions: int | None = None) -> list[Episode]:
+    """One demonstrated episode per task."""
+    return run(pool, policy, [start(t) for t in tasks], rng, max_actions,
+               progress="demonstrations")
+
+
+def sft_batch(episodes: Sequence[Episode], pad_token_id: int, max_len: int,
+              row_multiple: int = 1):
+    """The episodes' streams packed one a row: ``(Batch, dropped bool [B, L], trained bool
+    [B, L])``, dropped the random actions' tokens, trained the expert tokens the loss
+    covers."""
+    batch, _ = pack_streams([[e.stream()] for e in episodes], [[1.0] for _ in episodes],
+                            pad_token_id=pad_token_id, max_len=max_len,
+                            row_multiple=row_multiple)
+    turn_ids, loss_mask = np.asarray(batch.turn_ids), np.asarray(batch.loss_mask)
+    dropped = np.zeros_like(loss_mask)
+    for row, episode in enumerate(episodes):
+        noisy = [t for t, a in enumerate(episode.actions) if not a.expert]
+        dropped[row] = loss_mask[row] & np.isin(turn_ids[row], noisy)
+    trained = loss_mask & ~dropped
+    trained[:, 0] = False  # nothing predicts the first token
+    return batch, dropped, trained
+
+
+def nll(logprobs: jax.Array, trained: np.ndarray) -> tuple[float, int]:
+    """(mean negative log-likelihood of the trained tokens, their count)."""
+    count = int(trained.sum())
+    total = float(-jnp.sum(jnp.where(trained, logprobs, 0.0)))
+    return total / max(count, 1), count
+
+
+def heldout_nll(learner: Learner, params, episodes: Sequence[Episode], pad_token_id: int,
+                max_len: int, batch_size: int) -> float:
+    """The NLL of every expert token of `episodes`, in batches."""
+    total = count = 0.0
+    for first in range(0, len(episodes), batch_size):
+        batch, _, trained = sft_batch(episodes[first:first + batch_size], pad_token_id, max_len)
+        mean, n = nll(learner.logprobs(params, batch.tokens), trained)
+        total, count = total + mean * n, count + n
+    return total / max(count, 1)
+
+
+def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[dict]:
+    """Runs ``config.steps`` steps in ``config.run_dir`` (resuming from its last checkpoint);
+    returns the metrics of the steps it ran. Without a run directory, a temporary one is used
+    and removed at the end.
+
+    Raises:
+      ValueError: as `prover_jax.train.train`, for the run directory and the environment.
+    """
+    env = envs.make(config.env)
+    with contextlib.ExitStack() as stack:
+        directory = config.run_dir
+        if directory is None:
+            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="sft-"))
+            log(f"the run writes to {directory}, removed at the end")
+        return _sft(config, env, cfg, params, tokenizer, Path(directory), log)
+
+
+def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Path,
+         log) -> list[dict]:
+    learner = Learner(cfg, config.learner)
+    row_multiple = config.learner.micro_batches * learner.mesh.shape["data"]
+    check_run_config(directory, config)
+    checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
+    restored = checkpoints.restore(learner.abstract_state())
+    write_run_config(directory, config)
+    runs.save_model(directory, cfg, tokenizer)
+    state = restored or learner.init(params, rng=config.seed)
+    done = int(state.step)
+    if restored is not None:
+        log(f"resumed from {directory}: {done} of {config.steps} steps done")
+    for path in directory.glob("*.jsonl"):
+        keep_steps_before(path, done)
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise)
+    expert = DemonstrationPolicy(tokenizer, env.instruction())
+    pad = policy.format.end_of_turn if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+    max_len = cfg.max_position_embeddings
+    train_tasks = env.tasks(task_split(env, config.split))
+    heldout_tasks = env.tasks(eval_split(env, config.evaluation.split))
+    history = []
+    board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
+    progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None, desc="sft")
+    slots = min(64, config.demonstrations)
+    with EnvPool(config.env, slots, config.workers) as pool:
+        rng = random.Random(config.seed)
+        chosen = [task_at(train_tasks, i, config.seed) for i in range(config.demonstrations)]
+        demos = demonstrations(pool, policy, chosen, rng, config.max_actions)
+        heldout = demonstrations(pool, expert, heldout_tasks[: config.heldout], rng,
+                                 config.max_actions)
+        log(f"{len(demos)} demonstrations ({np.mean([e.reward for e in demos]):.0%} solved, "
+            f"{np.mean([e.num_turns for e in demos]):.1f} actions), {len(heldout)} held out")
+        while int(state.step) < config.steps:
+            step, laps = int(state.step), Laps()
+            position = int(state.data_position)
+            episodes = [task_at(demos, position + i, config.seed)
+                        for i in range(config.batch_size)]
+            batch, dropped, trained = sft_batch(episodes, pad, max_len, row_multiple)
+            old = learner.logprobs(state.params, batch.tokens)
+            loss, tokens = nll(old, trained)
+            state, metrics = learner.train_step(state, TrainBatch(
+                batch, jnp.asarray(trained, jnp.float32), old, dropped=dropped))
+            state = dataclasses.replace(state, data_position=jax.device_put(
+                np.int32(position + config.batch_size), state.data_position.sharding))
+            metrics = jax.device_get(metrics)
+            laps.lap("learner")
+            last = step + 1 == config.steps
+            if (step + 1) % config.checkpoint_every == 0 or last:
+                checkpoints.save(state)
+            laps.lap("checkpoint")
+            row = {"step": step, "sft/nll": loss, "sft/tokens": float(tokens),
+                   **{f"learner/{k}": float(metrics[k]) for k in ("grad_norm", "lr", "entropy")}}
+            if (config.eval_every and (step + 1) % config.eval_every == 0) or last:
+                row["sft/heldout_nll"] = heldout_nll(learner, state.params, heldout, pad,
+                                                     max_len, config.batch_size)
+                settings = dataclasses.replace(config.evaluation,
+                                               max_actions=config.max_actions)
+                results = evaluate_model(pool, state.params, cfg, tokenizer, settings,
+                                         heldout_tasks[: settings.tasks])
+                row.update({f"eval/{mode}/{k}": v for mode, metrics in results.items()
+                            for k, v in metrics.items()})
+                laps.lap("eval")
+            row.update({f"time/{k}_s": v for k, v in laps.seconds.items()})
+            append_lines(directory / f"{METRICS}.jsonl", [row])
+            for key, value in row.items():
+                if key != "step":
+                    board.add_scalar(key, value, step)
+            board.flush()
+            history.append(row)
+            progress.update()
+            progress.set_postfix(nll=f"{loss:.3f}")
+            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in row.items()))
+    progress.close()
+    checkpoints.close()
+    board.close()
+    if history:
+        plot_run(directory)
+    return history
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Settings apply in order: SftConfig's defaults, --config, the flags, --set.")
+    parser.add_argument("--config", help="a YAML file of SftConfig settings")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dotted setting, e.g. learner.optimizer.learning_rate=3e-4")
+    for name, kind in SHORTHANDS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
+                            help=f"shorthand for --set {name}=...")
+    args = parser.parse_args(argv)
+    overrides = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
+                 if getattr(args, name) is not None] + args.set
+    try:
+        config = load_config(SftConfig, args.config, overrides)
+        env = envs.make(config.env)
+        split = task_split(env, config.split)
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
+    cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
+    sft(config, cfg, params, tokenizer)
+
+
+SHORTHANDS = {"env": str, "steps": int, "demonstrations": int, "noise": float,
+              "run_dir": str, "init": str, "eval_every": int}
+
+
+if __name__ == "__main__":
+    main()
