@@ -31,6 +31,7 @@ import numpy as np
 
 import envs
 from envs.pool import EnvPool
+from prover_jax import runs
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.rollout import Episode, Policy, ScriptedPolicy, run, start
 
@@ -177,20 +178,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = EvalConfig(eval_split(env, args.split), args.tasks, args.samples,
                             max_actions=args.max_actions, max_new_tokens=args.max_new_tokens,
                             seed=args.seed)
+        model = None if args.model is None else runs.load(args.model)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     tasks = env.tasks(config.split)[: config.tasks]
     with EnvPool(name, min(len(tasks) * max(config.samples, 1), 64), args.workers) as pool:
-        if args.model is None:
+        if model is None:
             policy = ScriptedPolicy(0.0 if args.expert else 1.0)
             mode = "expert" if args.expert else "random"
             results = {mode: evaluate(pool, policy, tasks, max(config.samples, 1),
                                       random.Random(config.seed), config.max_actions)}
         else:
-            from prover_jax import runs
-
-            cfg, params, tokenizer = runs.load(args.model)
-            results = evaluate_model(pool, params, cfg, tokenizer, config, tasks)
+            results = evaluate_model(pool, *model, config, tasks)
     report = {"env": name, "split": config.split, "tasks": len(tasks),
               "model": args.model, "results": results}
     if args.out:

@@ -3,8 +3,8 @@
 The environment's expert plays ``demonstrations`` training tasks, a share ``noise`` of its
 actions replaced by random admissible ones, so that the model also sees states off the
 expert's path and the expert's recovery from them. Every episode becomes the token stream a
-rollout of the model would have been (`models.qwen.chat.AgentFormat`: the prompt, each reply as
-the action text and the end-of-turn token, each observation block), and the loss is the
+rollout of the model would have been (`models.qwen.chat.AgentFormat`: the prompt with the
+``act`` tool, each reply and the end-of-turn token, each observation block), and the loss is the
 negative log-likelihood of the expert's reply tokens: the random actions stay in the context
 but are not trained on. The update is the learner's own step with advantage 1 on those tokens
 and the current policy as the old one, whose gradient is the NLL's.
@@ -18,7 +18,9 @@ newest checkpoint, with the run's tokenizer.
 
 Without ``--init`` the model is a tiny random Qwen3 (`TinyModel`, here about 1.1M parameters)
 whose byte-level BPE is trained on the environment's observations and actions, so that an
-action is a few tokens.
+action is a few tokens; its replies are the bare action text (``reply="text"``, which the
+policy parses as the action). For a real Qwen checkpoint, ``reply="tool_call"`` writes the
+``act`` tool call the prompt asks for.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import random
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +67,8 @@ from prover_jax.train import (
     write_run_config,
 )
 
+Reply = Literal["text", "tool_call"]
+
 
 @dataclasses.dataclass(frozen=True)
 class SftConfig:
@@ -73,6 +79,7 @@ class SftConfig:
     split: str | None = None  # the demonstrations' tasks (None: "train", else the first split)
     demonstrations: int = 512  # expert episodes trained on
     noise: float = 0.2  # share of the expert's actions replaced by random ones (not trained on)
+    reply: Reply = "text"  # how a reply writes its action: bare text, or an act tool call
     heldout: int = 32  # expert episodes on held-out tasks for the held-out NLL
     steps: int = 300
     batch_size: int = 16
@@ -107,19 +114,30 @@ class Demonstration(Action):
     expert: bool = True
 
 
-class DemonstrationPolicy(Policy):
-    """The expert (with random actions mixed in) as token streams: each reply is the action's
-    text tokenized, then the end-of-turn token, after the context a model would have read."""
+def reply_text(action: str, reply: Reply) -> str:
+    """What a model writes for `action`: the bare text, or an ``act`` tool call in Qwen's
+    format (both parse back to `action`, `model_policy.parse_action`)."""
+    if reply == "text":
+        return action
+    call = json.dumps({"name": "act", "arguments": {"action": action}})
+    return f"<tool_call>\n{call}\n</tool_call>"
 
-    def __init__(self, tokenizer, system: str, noise: float = 0.0):
+
+class DemonstrationPolicy(Policy):
+    """The expert (with random actions mixed in) as token streams: each reply is
+    `reply_text` tokenized, then the end-of-turn token, after the context a model would have
+    read."""
+
+    def __init__(self, tokenizer, system: str, noise: float = 0.0, reply: Reply = "text"):
         self.format = AgentFormat(tokenizer, system)
-        self.tokenizer = tokenizer
+        self.tokenizer, self.reply = tokenizer, reply
         self.scripted = ScriptedPolicy(noise)
 
     def act(self, episodes, slots, pool, rng):
         actions = []
         for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rng)):
-            reply = (*self.tokenizer.encode(text, add_special_tokens=False),
+            reply = (*self.tokenizer.encode(reply_text(text, self.reply),
+                                            add_special_tokens=False),
                      self.format.end_of_turn)
             context = tuple(int(i) for i in next_context(self.format, episode))
             actions.append(Demonstration(text, reply, (0.0,) * len(reply), context, not noisy))
@@ -201,8 +219,8 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
         log(f"resumed from {directory}: {done} of {config.steps} steps done")
     for path in directory.glob("*.jsonl"):
         keep_steps_before(path, done)
-    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise)
-    expert = DemonstrationPolicy(tokenizer, env.instruction())
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise, config.reply)
+    expert = DemonstrationPolicy(tokenizer, env.instruction(), reply=config.reply)
     pad = policy.format.end_of_turn if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     max_len = cfg.max_position_embeddings
     train_tasks = env.tasks(task_split(env, config.split))

@@ -1,0 +1,103 @@
+"""The SFT warm start: demonstrations are the token streams a model's rollout would be, only the
+expert's replies are trained on, the loss falls, and a run directory is a model to start from."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jax
+import numpy as np
+import pytest
+
+import envs
+from envs.pool import EnvPool
+from models.qwen.chat import ACT_TOOL
+from prover_jax import runs
+from prover_jax.evaluate import EvalConfig
+from prover_jax.learner import LearnerConfig, OptimizerConfig
+from prover_jax.model_policy import parse_action
+from prover_jax.sft import (
+    DemonstrationPolicy,
+    SftConfig,
+    demonstrations,
+    reply_text,
+    sft,
+    sft_batch,
+)
+from prover_jax.train import TinyModel, initial_model, tiny
+
+ENV = "household-small"
+SMALL = TinyModel(vocab_size=512, tokenizer_episodes=10)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny(envs.make(ENV), SMALL)
+
+
+@pytest.fixture(scope="module")
+def noisy(model):
+    _, _, tokenizer = model
+    env = envs.make(ENV)
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), noise=0.4)
+    with EnvPool(ENV, 4, num_workers=1) as pool:
+        return demonstrations(pool, policy, env.tasks("train")[:4], random.Random(0), 12)
+
+
+def test_a_demonstration_is_the_chat_a_model_would_have(model, noisy):
+    _, _, tokenizer = model
+    system = envs.make(ENV).instruction()
+    for episode in noisy:
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": episode.observations[0]}]
+        for action, observation in zip(episode.actions, episode.observations[1:]):
+            messages += [{"role": "assistant", "content": action.text},
+                         {"role": "tool", "content": observation}]
+        rendered = tokenizer.apply_chat_template(messages, tools=[ACT_TOOL], tokenize=False)
+        stream = episode.stream()
+        text = tokenizer.decode(stream.tokens)
+        assert rendered.startswith(text) and text.endswith(f"{episode.actions[-1].text}<|im_end|>")
+        replies = [tokenizer.decode(stream.tokens[stream.turn_ids == t])
+                   for t in range(episode.num_turns)]
+        assert replies == [f"{a.text}<|im_end|>" for a in episode.actions]
+
+
+def test_a_tool_call_reply_parses_back_to_its_action():
+    for action in ("go to cabinet 1", 'examine "the" box'):
+        assert parse_action(reply_text(action, "tool_call")) == action
+        assert parse_action(reply_text(action, "text")) == action
+
+
+def test_only_the_experts_replies_are_trained_on(noisy):
+    batch, dropped, trained = sft_batch(noisy, 0, 4096)
+    assert any(not a.expert for e in noisy for a in e.actions)  # the noise took some turns
+    turn_ids = np.asarray(batch.turn_ids)
+    for row, episode in enumerate(noisy):
+        for turn, action in enumerate(episode.actions):
+            tokens = turn_ids[row] == turn
+            assert trained[row, tokens].all() == action.expert
+            assert dropped[row, tokens].all() != action.expert
+        assert not trained[row, turn_ids[row] < 0].any()  # prompts and observations
+
+
+@pytest.mark.slow
+def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
+    cfg, params, tokenizer = model
+    config = SftConfig(env=ENV, demonstrations=4, heldout=2, steps=3, batch_size=4,
+                       workers=1, max_actions=6, run_dir=str(tmp_path), eval_every=0,
+                       evaluation=EvalConfig(tasks=2, samples=0, max_new_tokens=4),
+                       learner=LearnerConfig(optimizer=OptimizerConfig(learning_rate=3e-3),
+                                             compute_dtype="float32"))
+    rows = sft(config, cfg, params, tokenizer, log=lambda line: None)
+    losses = [row["sft/nll"] for row in rows]  # the same four demonstrations every step
+    assert losses[2] < losses[1] < losses[0]
+    assert "sft/heldout_nll" in rows[-1] and "eval/greedy/success" in rows[-1]
+    assert json.loads((tmp_path / "config.json").read_text())["env"] == ENV
+    loaded_cfg, loaded, loaded_tokenizer = initial_model(envs.make(ENV), str(tmp_path), SMALL)
+    assert loaded_cfg == cfg and loaded_tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(loaded),
+                                                        jax.tree.leaves(params)))
+    assert runs.is_run(tmp_path)
+    with pytest.raises(FileNotFoundError, match="neither a run directory"):
+        runs.load(tmp_path / "checkpoints")
