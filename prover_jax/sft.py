@@ -303,9 +303,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = load_config(SftConfig, args.config, overrides)
         env = envs.make(config.env)
         split = task_split(env, config.split)
+        cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
     except (ValueError, OSError) as e:
         parser.error(str(e))
-    cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
     sft(config, cfg, params, tokenizer)
 
 

@@ -491,9 +491,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 *overrides, f"credit_config.schedule={json.dumps(schedule)}"])
         env = envs.make(config.env)
         split = task_split(env, config.split)
+        cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
     except (ValueError, OSError) as e:
         parser.error(str(e))
-    cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
     train(config, cfg, params, tokenizer)
 
 

@@ -101,3 +101,16 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     assert runs.is_run(tmp_path)
     with pytest.raises(FileNotFoundError, match="neither a run directory"):
         runs.load(tmp_path / "checkpoints")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--noise", "1.5"], "noise must be in [0, 1)"), (["--steps", "0"], ">= 1"),
+    (["--init", "/nonexistent"], "neither a run directory"),
+    (["--set", "reply=json"], "reply: 'json' is not one of"),
+])
+def test_bad_command_lines_are_usage_errors(argv, message, capsys):
+    from prover_jax.sft import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import envs
+from prover_jax import runs
 from prover_jax.credit.hosts import HostOptions
+from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import Checkpoints, Learner
 from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
@@ -35,10 +37,17 @@ def test_train_runs_and_resumes(tmp_path):
     cfg, params = tiny_model(len(tokenizer))
     config = TrainConfig(credit="prover+vict", steps=1, groups=2, group_size=2, max_actions=2,
                          workers=1, run_dir=str(tmp_path), host=HostOptions(continuations=2),
-                         sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512))
+                         sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
+                         eval_every=1, evaluation=EvalConfig(tasks=2, samples=2))
     first = train(config, cfg, params, tokenizer, log=lambda line: None)
     assert [row["step"] for row in first] == [0]
     row = first[0]
+    # held-out evaluation in the same metrics, greedy and sampled, under the run's caps
+    assert row["eval/greedy/episodes"] == 2 and row["eval/sampled/episodes"] == 4
+    assert row["eval/greedy/actions"] <= 2 and "eval/sampled/pass^2" in row
+    # the run directory is a model: its tokenizer, config and newest checkpoint
+    loaded_cfg, _, loaded_tokenizer = runs.load(tmp_path)
+    assert loaded_cfg == cfg and loaded_tokenizer.get_vocab() == tokenizer.get_vocab()
     assert row["episode/actions"] == 2 and "credit/vict/abstained" in row
     assert row["credit/vict/abstained"] == pytest.approx(sum(  # every reason, always logged
         v for k, v in row.items() if k.startswith("credit/vict/abstain/")))
@@ -47,10 +56,10 @@ def test_train_runs_and_resumes(tmp_path):
     # the learner's first look at the sampled streams: same params, so only float rounding
     assert row["learner/behaviour_gap"] < 1e-4 and row["learner/behaviour_kl"] < 1e-7
     assert set(k for k in row if k.startswith("time/")) == {
-        "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s"}
+        "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s", "time/eval_s"}
     assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "credit.png", "time.png", "training.png"]
+        "credit.png", "eval.png", "time.png", "training.png"]
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
     metrics, proofs = tmp_path / "metrics.jsonl", tmp_path / "vict_proofs.jsonl"
@@ -125,6 +134,7 @@ def test_train_config_errors():
     (["--match-budget", "runs/x"], "pass --credit budget-matched-grpo"),
     (["--credit", "budget-matched-grpo", "--match-budget", "/nonexistent"], "no metrics"),
     (["--set", "credit_config.lamda=1", "--credit", "prover"], "unknown key credit_config.lamda"),
+    (["--init", "/nonexistent"], "neither a run directory"),
 ])
 def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -1,0 +1,174 @@
+"""GRPO vs ProVer vs VICT from one SFT start on household-small: ``python experiments/compare.py``.
+
+1. SFT: the tiny Qwen3 warm-started on expert demonstrations (``configs/household-small-sft.yaml``),
+   once; its final greedy held-out success is every arm's starting point.
+2. RL: each arm (GRPO; ProVer with the contrastive judge and with the random judge, the paper's
+   control; VICT; GiGPO; ProVer+VICT) for each seed, from that checkpoint, with the same number
+   of updates and the same held-out evaluation every ``eval_every`` steps
+   (``configs/household-small.yaml``). Each arm reports its extra rollout cost: ProVer's
+   verification continuations, as a fraction of the groups' own environment steps.
+3. Summary: final held-out success (mean ± std over seeds), its area under the curve (the mean
+   over evaluations), the cost, and each method's diagnostics, as JSON
+   (``experiments/results/compare.json``), a plot (``docs/results-compare.png``) and the table
+   in ``docs/results.md``.
+
+Runs live in ``experiments/runs/`` and resume: a finished run is read, not redone. ``--smoke``
+runs 1-2 steps of everything in a temporary folder and writes no results (CI runs it so the
+script cannot rot). ``--arms`` and ``--seeds`` pick a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+import envs
+from prover_jax.config import load as load_config
+from prover_jax.plot import read_metrics
+from prover_jax.sft import SftConfig, sft
+from prover_jax.train import TrainConfig, initial_model, task_split, train
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS: dict[str, list[str]] = {
+    "grpo": ["credit=grpo"],
+    "prover": ["credit=prover", "host.judge=contrastive"],
+    "prover-random-judge": ["credit=prover", "host.judge=random"],
+    "vict": ["credit=vict"],
+    "gigpo": ["credit=gigpo"],
+    "prover+vict": ["credit=prover+vict", "host.judge=contrastive"],
+}
+SEEDS = (0, 1, 2)
+SUCCESS = "eval/greedy/success"
+SMOKE_SFT = ["steps=2", "demonstrations=4", "heldout=2", "batch_size=2", "eval_every=0",
+             "evaluation.tasks=2", "tiny.vocab_size=256", "tiny.hidden_size=32", "tiny.layers=1",
+             "tiny.intermediate_size=64", "tiny.head_dim=8", "tiny.tokenizer_episodes=5"]
+SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=1",
+            "evaluation.tasks=2", "evaluation.samples=0", "sampling.max_new_tokens=4",
+            "host.continuations=1"]
+COSTS = ("credit/prover/extra_env_steps_fraction", "credit/prover/extra_policy_tokens_fraction")
+DIAGNOSTICS = ("credit/prover/acceptance_rate", "credit/prover/mean_delta",
+               "credit/prover/eligible_groups", "credit/vict/abstained", "success/rate",
+               "learner/entropy")
+
+
+def quiet(line: str) -> None:
+    del line
+
+
+def run_sft(directory: Path, overrides: Sequence[str]) -> Path:
+    """The SFT run in `directory` (resumed or read if it is there)."""
+    config = load_config(SftConfig, ROOT / "configs" / "household-small-sft.yaml",
+                         [*overrides, f"run_dir={directory}"])
+    env = envs.make(config.env)
+    cfg, params, tokenizer = initial_model(env, None, config.tiny,
+                                           task_split(env, config.split))
+    sft(config, cfg, params, tokenizer, log=quiet)
+    return directory
+
+
+def run_arm(directory: Path, start: Path, arm: str, seed: int, overrides: Sequence[str]) -> Path:
+    """One arm and seed from the SFT checkpoint `start` (resumed or read if it is there)."""
+    config = load_config(TrainConfig, ROOT / "configs" / "household-small.yaml",
+                         [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}",
+                          f"run_dir={directory}"])
+    cfg, params, tokenizer = initial_model(envs.make(config.env), config.init, config.tiny)
+    train(config, cfg, params, tokenizer, log=quiet)
+    return directory
+
+
+def curve(run_dir: Path, start_success: float) -> tuple[list[int], list[float]]:
+    """(updates, held-out success) of a run, the SFT start as update 0."""
+    points = [(row["step"] + 1, row[SUCCESS]) for row in read_metrics(run_dir) if SUCCESS in row]
+    return [0] + [u for u, _ in points], [start_success] + [s for _, s in points]
+
+
+def summarize(runs: dict[str, dict[int, Path]], start_success: float) -> dict:
+    """Per arm: final success and AUC (mean ± std over seeds), costs and diagnostics."""
+    out = {}
+    for arm, by_seed in runs.items():
+        curves = {seed: curve(path, start_success) for seed, path in by_seed.items()}
+        finals = [c[1][-1] for c in curves.values()]
+        aucs = [float(np.mean(c[1])) for c in curves.values()]
+        rows = [row for path in by_seed.values() for row in read_metrics(path)]
+        out[arm] = {
+            "seeds": sorted(by_seed),
+            "final_success_mean": float(np.mean(finals)),
+            "final_success_std": float(np.std(finals)),
+            "auc_mean": float(np.mean(aucs)), "auc_std": float(np.std(aucs)),
+            "curves": {str(seed): {"updates": c[0], "success": c[1]}
+                       for seed, c in curves.items()},
+            **{key: float(np.mean([r[key] for r in rows])) for key in COSTS + DIAGNOSTICS
+               if all(key in r for r in rows)},
+        }
+    return out
+
+
+def table(summary: dict, start_success: float) -> str:
+    """The markdown table of `summarize`."""
+    lines = [f"SFT start: held-out greedy success {start_success:.3f}.", "",
+             "| arm | seeds | final success | AUC | extra env steps | acceptance | VICT "
+             "abstained |", "|---|---|---|---|---|---|---|"]
+    for arm, s in summary.items():
+        def cell(key, s=s):
+            return f"{s[key]:.3f}" if key in s else "-"
+
+        lines.append(f"| {arm} | {len(s['seeds'])} | {s['final_success_mean']:.3f} ± "
+                     f"{s['final_success_std']:.3f} | {s['auc_mean']:.3f} ± {s['auc_std']:.3f} "
+                     f"| {cell(COSTS[0])} | {cell('credit/prover/acceptance_rate')} | "
+                     f"{cell('credit/vict/abstained')} |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> None:
+    """Success against updates, mean over seeds with each seed faint."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, ax = plt.subplots(figsize=(6.5, 4))
+    for arm, s in summary.items():
+        curves = list(s["curves"].values())
+        line = ax.plot(curves[0]["updates"],
+                       np.mean([c["success"] for c in curves], axis=0), label=arm)[0]
+        for c in curves:
+            ax.plot(c["updates"], c["success"], color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("updates")
+    ax.set_ylabel("held-out greedy success")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="1-2 steps, nothing kept")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="compare-") as scratch:
+        base = Path(scratch) if args.smoke else ROOT / "experiments" / "runs"
+        start = run_sft(base / "sft", SMOKE_SFT if args.smoke else [])
+        start_success = read_metrics(start)[-1][SUCCESS]
+        runs = {arm: {seed: run_arm(base / f"{arm}-seed{seed}", start, arm, seed,
+                                    SMOKE_RL if args.smoke else [])
+                      for seed in args.seeds} for arm in args.arms}
+        summary = summarize(runs, start_success)
+    print(table(summary, start_success))
+    if not args.smoke:
+        results = ROOT / "experiments" / "results"
+        results.mkdir(parents=True, exist_ok=True)
+        (results / "compare.json").write_text(json.dumps(
+            {"start_success": start_success, "arms": summary}, indent=2) + "\n")
+        plot(summary, ROOT / "docs" / "results-compare.png")
+
+
+if __name__ == "__main__":
+    main()
