@@ -110,9 +110,10 @@ def summarize(runs: dict[str, dict[int, Path]], start_success: float) -> dict:
 
 def table(summary: dict, start_success: float) -> str:
     """The markdown table of `summarize`."""
-    lines = [f"SFT start: held-out greedy success {start_success:.3f}.", "",
-             "| arm | seeds | final success | AUC | extra env steps | acceptance | VICT "
-             "abstained |", "|---|---|---|---|---|---|---|"]
+    header = ("| arm | seeds | final success | AUC | extra env steps | acceptance "
+              "| VICT abstained |")
+    lines = [f"SFT start: held-out greedy success {start_success:.3f}.", "", header,
+             "|---|---|---|---|---|---|---|"]
     for arm, s in summary.items():
         def cell(key, s=s):
             return f"{s[key]:.3f}" if key in s else "-"
