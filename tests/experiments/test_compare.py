@@ -1,4 +1,4 @@
-"""The committed experiments still run: each in its smoke mode (1-2 steps, nothing kept)."""
+"""The committed experiments still run: each in its smoke mode (a step or two, nothing kept)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,12 @@ def test_the_comparison_runs(capsys):
     table = capsys.readouterr().out
     for arm in ("grpo", "prover+vict"):  # the script is the same for every arm
         assert f"| {arm} | 1 |" in table
+
+
+def test_the_credit_placement_experiment_runs(capsys):
+    from experiments import credit_placement
+
+    credit_placement.main(["--smoke"])
+    table = capsys.readouterr().out
+    for method in ("prover", "prover-random-judge", "vict", "gigpo"):
+        assert f"| {method} |" in table
