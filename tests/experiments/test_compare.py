@@ -9,10 +9,9 @@ from experiments import compare
 
 @pytest.mark.slow
 def test_the_comparison_runs(capsys):
-    compare.main(["--smoke", "--seeds", "0", "--arms", "grpo", "prover+vict"])
-    table = capsys.readouterr().out
-    for arm in ("grpo", "prover+vict"):  # the script is the same for every arm
-        assert f"| {arm} | 1 |" in table
+    # one arm: the script is the same for every arm, and this one runs both host sides
+    compare.main(["--smoke", "--seeds", "0", "--arms", "prover+vict"])
+    assert "| prover+vict | 1 |" in capsys.readouterr().out
 
 
 def test_the_credit_placement_experiment_runs(capsys):
