@@ -1,7 +1,8 @@
 """GRPO vs ProVer vs VICT from one SFT start on household-small: ``python experiments/compare.py``.
 
-1. SFT: the tiny Qwen3 warm-started on expert demonstrations (``configs/household-small-sft.yaml``),
-   once; its final greedy held-out success is every arm's starting point.
+1. SFT: the tiny Qwen3 warm-started on expert demonstrations
+   (``configs/sft/household-small.yaml``), once; its final greedy held-out success is every
+   arm's starting point.
 2. RL: each arm (GRPO; ProVer with the contrastive judge and with the random judge, the paper's
    control; VICT; GiGPO; ProVer+VICT) for each seed, from that checkpoint, with the same number
    of updates and the same held-out evaluation every ``eval_every`` steps
@@ -27,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-import envs
 from prover_jax.config import load as load_config
 from prover_jax.plot import read_metrics
 from prover_jax.sft import SftConfig, sft
-from prover_jax.train import TrainConfig, initial_model, task_split, train
+from prover_jax.train import TrainConfig, initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS: dict[str, list[str]] = {
@@ -62,12 +62,9 @@ def quiet(line: str) -> None:
 
 def run_sft(directory: Path, overrides: Sequence[str]) -> Path:
     """The SFT run in `directory` (resumed or read if it is there)."""
-    config = load_config(SftConfig, ROOT / "configs" / "household-small-sft.yaml",
+    config = load_config(SftConfig, ROOT / "configs" / "sft" / "household-small.yaml",
                          [*overrides, f"run_dir={directory}"])
-    env = envs.make(config.env)
-    cfg, params, tokenizer = initial_model(env, None, config.tiny,
-                                           task_split(env, config.split))
-    sft(config, cfg, params, tokenizer, log=quiet)
+    sft(config, *initial_model(config), log=quiet)
     return directory
 
 
@@ -76,8 +73,7 @@ def run_arm(directory: Path, start: Path, arm: str, seed: int, overrides: Sequen
     config = load_config(TrainConfig, ROOT / "configs" / "household-small.yaml",
                          [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}",
                           f"run_dir={directory}"])
-    cfg, params, tokenizer = initial_model(envs.make(config.env), config.init, config.tiny)
-    train(config, cfg, params, tokenizer, log=quiet)
+    train(config, *initial_model(config), log=quiet)
     return directory
 
 

@@ -146,3 +146,21 @@ def load(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] 
     for assignment in overrides:
         data = override(data, assignment)
     return build(cls, data)
+
+
+def add_arguments(parser, shorthands: Mapping[str, type], example: str) -> None:
+    """Adds ``--config FILE``, ``--set KEY=VALUE`` (repeatable; `example` shows one) and a
+    ``--name`` flag for each of `shorthands` (setting name -> type) to an argparse parser."""
+    parser.add_argument("--config", help="a YAML file of settings (e.g. configs/)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"a dotted setting, e.g. {example}")
+    for name, kind in shorthands.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
+                            help=f"shorthand for --set {name}=...")
+
+
+def overrides(args, shorthands: Mapping[str, type]) -> list[str]:
+    """The dotted overrides of parsed `add_arguments` flags: the shorthands given, then each
+    ``--set``."""
+    return [f"{name}={getattr(args, name)}" for name in shorthands
+            if getattr(args, name) is not None] + args.set

@@ -26,11 +26,9 @@ policy parses as the action). For a real Qwen checkpoint, ``reply="tool_call"`` 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import random
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -39,32 +37,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
-from tensorboardX import SummaryWriter
 
 import envs
 from envs.pool import EnvPool
 from models.qwen.chat import AgentFormat
-from prover_jax import runs
 from prover_jax.batch import pack_streams
+from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
 from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
-from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
+from prover_jax.learner import Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import next_context
-from prover_jax.plot import plot_run
 from prover_jax.rollout import Action, Episode, Policy, ScriptedPolicy, run, start
 from prover_jax.train import (
-    CHECKPOINTS,
-    METRICS,
-    TENSORBOARD,
     Laps,
+    RunDirectory,
     TinyModel,
-    append_lines,
-    check_run_config,
     initial_model,
-    keep_steps_before,
+    run_or_temporary,
     task_at,
     task_split,
-    write_run_config,
 )
 
 Reply = Literal["text", "tool_call"]
@@ -196,38 +187,22 @@ def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[
       ValueError: as `prover_jax.train.train`, for the run directory and the environment.
     """
     env = envs.make(config.env)
-    with contextlib.ExitStack() as stack:
-        directory = config.run_dir
-        if directory is None:
-            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="sft-"))
-            log(f"the run writes to {directory}, removed at the end")
-        return _sft(config, env, cfg, params, tokenizer, Path(directory), log)
+    with run_or_temporary(config.run_dir, "sft-", log) as directory:
+        return _sft(config, env, cfg, params, tokenizer, directory, log)
 
 
 def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Path,
          log) -> list[dict]:
     learner = Learner(cfg, config.learner)
     row_multiple = config.learner.micro_batches * learner.mesh.shape["data"]
-    check_run_config(directory, config)
-    checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
-    restored = checkpoints.restore(learner.abstract_state())
-    write_run_config(directory, config)
-    runs.save_model(directory, cfg, tokenizer)
-    state = restored or learner.init(params, rng=config.seed)
-    done = int(state.step)
-    if restored is not None:
-        log(f"resumed from {directory}: {done} of {config.steps} steps done")
-    for path in directory.glob("*.jsonl"):
-        keep_steps_before(path, done)
+    run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, "sft")
+    state = run_dir.state
     policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise, config.reply)
     expert = DemonstrationPolicy(tokenizer, env.instruction(), reply=config.reply)
     pad = policy.format.end_of_turn if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     max_len = cfg.max_position_embeddings
     train_tasks = env.tasks(task_split(env, config.split))
     heldout_tasks = env.tasks(eval_split(env, config.evaluation.split))
-    history = []
-    board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
-    progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None, desc="sft")
     slots = min(64, config.demonstrations)
     with EnvPool(config.env, slots, config.workers) as pool:
         rng = random.Random(config.seed)
@@ -252,8 +227,7 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
             metrics = jax.device_get(metrics)
             laps.lap("learner")
             last = step + 1 == config.steps
-            if (step + 1) % config.checkpoint_every == 0 or last:
-                checkpoints.save(state)
+            run_dir.checkpoint(state, config.checkpoint_every)
             laps.lap("checkpoint")
             row = {"step": step, "sft/nll": loss, "sft/tokens": float(tokens),
                    **{f"learner/{k}": float(metrics[k]) for k in ("grad_norm", "lr", "entropy")}}
@@ -268,42 +242,19 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
                             for k, v in metrics.items()})
                 laps.lap("eval")
             row.update({f"time/{k}_s": v for k, v in laps.seconds.items()})
-            append_lines(directory / f"{METRICS}.jsonl", [row])
-            for key, value in row.items():
-                if key != "step":
-                    board.add_scalar(key, value, step)
-            board.flush()
-            history.append(row)
-            progress.update()
-            progress.set_postfix(nll=f"{loss:.3f}")
-            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in row.items()))
-    progress.close()
-    checkpoints.close()
-    board.close()
-    if history:
-        plot_run(directory)
-    return history
+            run_dir.write(row, nll=f"{loss:.3f}")
+    return run_dir.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Settings apply in order: SftConfig's defaults, --config, the flags, --set.")
-    parser.add_argument("--config", help="a YAML file of SftConfig settings")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a dotted setting, e.g. learner.optimizer.learning_rate=3e-4")
-    for name, kind in SHORTHANDS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
-                            help=f"shorthand for --set {name}=...")
+    add_arguments(parser, SHORTHANDS, "learner.optimizer.learning_rate=3e-4")
     args = parser.parse_args(argv)
-    overrides = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
-                 if getattr(args, name) is not None] + args.set
     try:
-        config = load_config(SftConfig, args.config, overrides)
-        env = envs.make(config.env)
-        split = task_split(env, config.split)
-        cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
+        config = load_config(SftConfig, args.config, overrides(args, SHORTHANDS))
+        cfg, params, tokenizer = initial_model(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     sft(config, cfg, params, tokenizer)

@@ -23,7 +23,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
 from prover_jax import credit, runs
 from prover_jax.batch import pack_streams
-from prover_jax.config import build, flatten, to_dict
+from prover_jax.config import add_arguments, build, flatten, overrides, to_dict
 from prover_jax.config import load as load_config
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
 from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
@@ -168,12 +168,20 @@ def tiny(env: envs.Env, shape: TinyModel, split: str | None = None):
     return cfg, params, tokenizer
 
 
-def initial_model(env: envs.Env, init: str | None, shape: TinyModel, split: str | None = None):
-    """``(cfg, params, tokenizer)`` a run starts from: `init` (a run directory's newest
-    checkpoint or a Hugging Face model folder, `prover_jax.runs.load`), else `tiny`."""
-    if init is not None:
-        return runs.load(init)
-    return tiny(env, shape, split)
+def initial_model(config) -> tuple:
+    """``(cfg, params, tokenizer)`` a run (`TrainConfig`, `SftConfig`) starts from: its
+    ``init`` (a run directory's newest checkpoint or a Hugging Face model folder,
+    `prover_jax.runs.load`), else its ``tiny`` model with a tokenizer trained on the texts of
+    its environment's ``split``.
+
+    Raises:
+      ValueError: an unknown environment or split. FileNotFoundError: a missing ``init``.
+    """
+    env = envs.make(config.env)
+    split = task_split(env, config.split)
+    if config.init is not None:
+        return runs.load(config.init)
+    return tiny(env, config.tiny, split)
 
 
 def task_split(env: envs.Env, split: str | None) -> str:
@@ -232,13 +240,20 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
     """
     env = envs.make(config.env)
     tasks = env.tasks(task_split(env, config.split))
-    with contextlib.ExitStack() as stack:
-        directory = config.run_dir
-        if directory is None:
-            directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="run-"))
-            log(f"the run writes to {directory}, removed at the end "
-                "(pass a run directory to keep it)")
-        return _train(config, env, tasks, cfg, params, tokenizer, Path(directory), log)
+    with run_or_temporary(config.run_dir, "run-", log) as directory:
+        return _train(config, env, tasks, cfg, params, tokenizer, directory, log)
+
+
+@contextlib.contextmanager
+def run_or_temporary(run_dir: str | None, prefix: str, log) -> Iterator[Path]:
+    """`run_dir`, or a temporary directory that is announced and removed at the end."""
+    if run_dir is not None:
+        yield Path(run_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        log(f"the run writes to {directory}, removed at the end (pass a run directory to "
+            "keep it)")
+        yield Path(directory)
 
 
 RESUMABLE_CHANGES = ("steps", "run_dir")  # what a resumed run may change
@@ -337,23 +352,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     host = None if method.host is None else method.host(config.host, settings)
     learner = Learner(cfg, config.learner)
     row_multiple = config.learner.micro_batches * learner.mesh.shape["data"]
-    check_run_config(directory, config)
-    checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
-    restored = checkpoints.restore(learner.abstract_state())
-    write_run_config(directory, config)
-    runs.save_model(directory, cfg, tokenizer)
-    state = restored or learner.init(params, rng=config.seed)
-    done = int(state.step)
-    if restored is not None and done >= config.steps:
-        log(f"nothing to do: {directory} holds step {done} of {config.steps}")
-    elif restored is not None:
-        log(f"resumed from {directory}: {done} of {config.steps} steps done")
-    for path in directory.glob("*.jsonl"):
-        keep_steps_before(path, done)
-    history = []
-    board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
-    progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None,
-                         desc=config.credit)  # drawn only on a terminal
+    run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, config.credit)
+    state = run_dir.state
     with EnvPool(config.env, config.groups * group_rows(config), config.workers) as pool:
         while int(state.step) < config.steps:
             step = int(state.step)
@@ -383,8 +383,7 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
                                              state.data_position.sharding))
             metrics = jax.device_get(metrics)
             laps.lap("learner")
-            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
-                checkpoints.save(state)
+            run_dir.checkpoint(state, config.checkpoint_every)
             laps.lap("checkpoint")
             evaluation = {}
             if config.eval_every and (step + 1) % config.eval_every == 0:
@@ -393,25 +392,72 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             episodes = [e for group in groups for e in group]
             row = {"step": step, **step_metrics(episodes, metrics, output.diagnostics,
                                                 laps.seconds), **evaluation}
-            append_lines(directory / f"{METRICS}.jsonl", [row])
-            for name, records in output.records.items():  # e.g. prover_proposals.jsonl
-                append_lines(directory / f"{name}.jsonl", [{"step": step, **r} for r in records])
-            for key, value in row.items():
-                if key != "step":
-                    board.add_scalar(key, value, step)
-            board.flush()
-            history.append(row)
-            progress.update()
-            progress.set_postfix(reward=f"{row['reward/mean']:.3f}",
-                                 step_s=f"{sum(laps.seconds.values()):.1f}")
-            log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in row.items()))
-    progress.close()
-    checkpoints.close()
-    board.close()
-    if history:
-        plot_run(directory)
-    return history
+            run_dir.write(row, output.records, reward=f"{row['reward/mean']:.3f}",
+                          step_s=f"{sum(laps.seconds.values()):.1f}")
+    return run_dir.close()
+
+
+class RunDirectory:
+    """A run directory opened for training (the trainer's or `prover_jax.sft`'s).
+
+    Opening it checks the config against the one it was started with and writes it, saves the
+    model's config and tokenizer (`prover_jax.runs`), restores the newest checkpoint (`state`:
+    that, or a fresh one from `params`) and drops the JSONL lines of steps after it. Then
+    `checkpoint` and `write` once per step, and `close` at the end (plots).
+    """
+
+    def __init__(self, directory: Path, config, learner: Learner, cfg, params, tokenizer, log,
+                 desc: str):
+        check_run_config(directory, config)
+        self.checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
+        restored = self.checkpoints.restore(learner.abstract_state())
+        write_run_config(directory, config)
+        runs.save_model(directory, cfg, tokenizer)
+        self.state = restored or learner.init(params, rng=config.seed)
+        done, self.steps = int(self.state.step), config.steps
+        if restored is not None and done >= config.steps:
+            log(f"nothing to do: {directory} holds step {done} of {config.steps}")
+        elif restored is not None:
+            log(f"resumed from {directory}: {done} of {config.steps} steps done")
+        for path in directory.glob("*.jsonl"):
+            keep_steps_before(path, done)
+        self.directory, self.log, self.history = directory, log, []
+        self.board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
+        self.progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None,
+                                  desc=desc)  # drawn only on a terminal
+
+    def checkpoint(self, state, every: int) -> None:
+        """Saves `state` every `every` steps and after the last."""
+        step = int(state.step)
+        if step % every == 0 or step == self.steps:
+            self.checkpoints.save(state)
+
+    def write(self, row: dict, records: Mapping[str, list[dict]] | None = None,
+              **postfix: str) -> None:
+        """One step's metrics (`metrics.jsonl`, TensorBoard, a log line, the progress bar's
+        `postfix`) and the host side's records (``NAME.jsonl``, with the step)."""
+        step = row["step"]
+        append_lines(self.directory / f"{METRICS}.jsonl", [row])
+        for name, lines in (records or {}).items():  # e.g. prover_proposals.jsonl
+            append_lines(self.directory / f"{name}.jsonl", [{"step": step, **r} for r in lines])
+        for key, value in row.items():
+            if key != "step":
+                self.board.add_scalar(key, value, step)
+        self.board.flush()
+        self.history.append(row)
+        self.progress.update()
+        self.progress.set_postfix(**postfix)
+        self.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in row.items()))
+
+    def close(self) -> list[dict]:
+        """Closes it, draws the plots if steps ran; the metrics of the steps that ran."""
+        self.progress.close()
+        self.checkpoints.close()
+        self.board.close()
+        if self.history:
+            plot_run(self.directory)
+        return self.history
 
 
 def held_out(config: TrainConfig, pool: EnvPool, params, cfg, tokenizer, env: envs.Env
@@ -462,7 +508,7 @@ class Laps:
 
 
 SHORTHANDS = {"env": str, "split": str, "credit": str, "steps": int, "groups": int,
-              "group_size": int, "run_dir": str, "checkpoint_every": int}
+              "group_size": int, "run_dir": str, "checkpoint_every": int, "init": str}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -470,35 +516,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__.splitlines()[0],
         epilog="Settings apply in order: TrainConfig's defaults, --config, the shorthand flags, "
                "--set. Credit methods: " + ", ".join(trainable_methods()))
-    parser.add_argument("--config", help="a YAML file of TrainConfig settings (e.g. configs/)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a dotted setting, e.g. learner.optimizer.learning_rate=1e-6")
-    for name, kind in SHORTHANDS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
-                            help=f"shorthand for --set {name}=...")
-    parser.add_argument("--init", "--model", dest="init_path", metavar="PATH",
-                        help="start from a run directory (an SFT run's newest checkpoint) or a "
-                             "local Hugging Face Qwen folder (default: a tiny random Qwen3); "
-                             "shorthand for --set init=PATH")
+    add_arguments(parser, SHORTHANDS, "learner.optimizer.learning_rate=1e-6")
+    parser.add_argument("--model", dest="init", metavar="PATH", help="the same as --init")
     parser.add_argument("--match-budget", metavar="RUN_DIR",
                         help="budget-matched-grpo: group sizes that spend what the ProVer run "
                              "in RUN_DIR spent on verification, phase by phase of 10 steps")
     args = parser.parse_args(argv)
-    overrides = [f"{name}={getattr(args, name)}" for name in SHORTHANDS
-                 if getattr(args, name) is not None]
-    overrides += [f"init={args.init_path}"] * bool(args.init_path) + args.set
+    changes = overrides(args, SHORTHANDS)
     try:
-        config = load_config(TrainConfig, args.config, overrides)
+        config = load_config(TrainConfig, args.config, changes)
         if args.match_budget:
             if config.credit != "budget-matched-grpo":
                 raise ValueError("--match-budget sets budget-matched-grpo's schedule; pass "
                                  "--credit budget-matched-grpo")
             schedule = budget_schedule_of_run(args.match_budget, config.group_size)
             config = load_config(TrainConfig, args.config, [
-                *overrides, f"credit_config.schedule={json.dumps(schedule)}"])
-        env = envs.make(config.env)
-        split = task_split(env, config.split)
-        cfg, params, tokenizer = initial_model(env, config.init, config.tiny, split)
+                *changes, f"credit_config.schedule={json.dumps(schedule)}"])
+        cfg, params, tokenizer = initial_model(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     train(config, cfg, params, tokenizer)

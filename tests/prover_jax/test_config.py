@@ -69,3 +69,11 @@ def test_the_command_line_reports_bad_settings(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--config", str(tmp_path / "missing.yaml")])
     assert "missing.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted((CONFIGS[0].parent / "sft").glob("*.yaml")))
+def test_shipped_sft_configs_load(path):
+    from prover_jax.sft import SftConfig
+
+    config = load(SftConfig, path)
+    assert config.steps >= config.eval_every > 0 and envs.make(config.env)

@@ -94,7 +94,7 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     assert losses[2] < losses[1] < losses[0]
     assert "sft/heldout_nll" in rows[-1] and "eval/greedy/success" in rows[-1]
     assert json.loads((tmp_path / "config.json").read_text())["env"] == ENV
-    loaded_cfg, loaded, loaded_tokenizer = initial_model(envs.make(ENV), str(tmp_path), SMALL)
+    loaded_cfg, loaded, loaded_tokenizer = initial_model(SftConfig(env=ENV, init=str(tmp_path)))
     assert loaded_cfg == cfg and loaded_tokenizer.get_vocab() == tokenizer.get_vocab()
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(loaded),
                                                         jax.tree.leaves(params)))
