@@ -7,7 +7,6 @@ import itertools
 import json
 import random
 import re
-import time
 
 import hypothesis.strategies as st
 import pytest
@@ -84,11 +83,10 @@ def test_parse_action_matches_search_r1_regex(text):
     assert tuple(parse_action(text)) == expected
 
 
-def test_parse_action_is_linear_on_huge_input():
+def test_parse_action_on_huge_input():
+    """A backtracking (quadratic) parse would not return from this in any useful time."""
     text = "<search>" * 200_000 + "<answer> ok </answer>" + "<search>x" * 200_000
-    start = time.perf_counter()
     assert tuple(parse_action(text)) == ("answer", "ok")
-    assert time.perf_counter() - start < 1.0
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -130,10 +128,8 @@ def test_bm25_returns_positive_scores_ties_by_index():
 
 # --- generated knowledge base ------------------------------------------------------------------
 
-def test_generated_kb_is_deterministic_fast_and_split(env):
-    start = time.perf_counter()
+def test_generated_kb_is_deterministic_and_split(env):
     fresh = generated.__wrapped__(0)  # uncached
-    assert time.perf_counter() - start < 2.0
     cached = generated(0)
     assert fresh.passages == cached.passages and fresh.questions == cached.questions
     assert generated.__wrapped__(1).passages != cached.passages
