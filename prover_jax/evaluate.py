@@ -189,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             results = {mode: evaluate(pool, policy, tasks, max(config.samples, 1),
                                       random.Random(config.seed), config.max_actions)}
         else:
-            results = evaluate_model(pool, *model, config, tasks)
+            cfg, params, tokenizer = model
+            results = evaluate_model(pool, params, cfg, tokenizer, config, tasks)
     report = {"env": name, "split": config.split, "tasks": len(tasks),
               "model": args.model, "results": results}
     if args.out:

@@ -13,7 +13,7 @@ import pytest
 import envs
 from envs.pool import EnvPool
 from models.qwen.chat import ACT_TOOL
-from prover_jax import runs
+from prover_jax import evaluate, runs
 from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import LearnerConfig, OptimizerConfig
 from prover_jax.model_policy import parse_action
@@ -99,6 +99,10 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(loaded),
                                                         jax.tree.leaves(params)))
     assert runs.is_run(tmp_path)
+    evaluate.main([str(tmp_path), "--tasks", "2", "--samples", "2", "--max-actions", "2",
+                   "--max-new-tokens", "4", "--workers", "1", "--out", str(tmp_path / "e.json")])
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["env"] == ENV and report["results"]["sampled"]["episodes"] == 4
     with pytest.raises(FileNotFoundError, match="neither a run directory"):
         runs.load(tmp_path / "checkpoints")
 
