@@ -201,10 +201,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _run_env(path: str | None) -> str | None:
     """The environment a run directory trained on, if `path` is one."""
-    config = Path(path or "") / "config.json"
-    if path and (Path(path) / "model").is_dir() and config.exists():
-        return json.loads(config.read_text()).get("env")
-    return None
+    if path is None or not runs.is_run(path):
+        return None
+    return json.loads((Path(path) / "config.json").read_text()).get("env")
 
 
 if __name__ == "__main__":
