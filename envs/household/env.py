@@ -33,7 +33,8 @@ class State(NamedTuple):
     location: int
     held: int
     object_location: tuple[int, ...]
-    opened: int  # receptacle bitmask
+    opened: int  # receptacle bitmasks
+    explored: int  # the receptacles whose contents the agent has seen
     hot: int  # object bitmasks from here on
     cold: int
     clean: int
@@ -52,7 +53,7 @@ def world_of(task: Task) -> World:
 
 def initial_state(task: Task, world: World) -> State:
     """The state before the first action."""
-    return State(task, MIDDLE, NOBODY, world.start, 0, 0, 0, 0, 0, 0, 0, 0, False)
+    return State(task, MIDDLE, NOBODY, world.start, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)
 
 
 def listing(names: list[str]) -> str:
@@ -89,11 +90,7 @@ def describe(world: World, state: State, receptacle: int) -> tuple[str, int]:
 
 def welcome(world: World) -> str:
     """The first observation: the room's receptacles and the task."""
-    def key(r: int) -> tuple[str, int]:
-        return world.receptacle_types[r], -int(world.receptacles[r].rsplit(" ", 1)[1])
-
-    order = sorted(range(len(world.receptacles)), key=key)
-    room = listing([world.receptacles[r] for r in order])
+    room = listing([world.receptacles[r] for r in world.listing_order])
     return (
         "-= Welcome to TextWorld, ALFRED! =-\n\n"
         f"You are in the middle of a room. Looking quickly around you, you see {room}.\n\n"
@@ -170,8 +167,14 @@ def _go(world, state, r, _):
     if r == state.location:
         return None
     text, revealed = describe(world, state, r)
-    return (state._replace(location=r, seen=state.seen | revealed),
+    return (_reveal(world, state._replace(location=r), r, revealed),
             f"You arrive at {world.receptacles[r]}. {text}")
+
+
+def _reveal(world, state, r, revealed):
+    """``state`` once the agent has looked at ``r`` and seen the objects ``revealed``."""
+    explored = state.explored | (1 << r if is_open(world, state, r) else 0)
+    return state._replace(seen=state.seen | revealed, explored=explored)
 
 
 def _open(world, state, r, _):
@@ -179,8 +182,7 @@ def _open(world, state, r, _):
         return None
     state = state._replace(opened=state.opened | 1 << r)
     text, revealed = describe(world, state, r)
-    return (state._replace(seen=state.seen | revealed),
-            f"You open the {world.receptacles[r]}. {text}")
+    return _reveal(world, state, r, revealed), f"You open the {world.receptacles[r]}. {text}"
 
 
 def _close(world, state, r, _):
@@ -299,6 +301,7 @@ class Household(Env):
 
     name = "household"
     max_turns = 50
+    searching_expert = False  # the expert knows where every object is (`expert`)
 
     def __init__(self, train_tasks: int = 3553, eval_tasks: int = 134):
         self._sizes = {"train": train_tasks, "eval": eval_tasks}
@@ -349,7 +352,7 @@ class Household(Env):
         from envs.household.expert import expert_action
 
         state, world = self._running()
-        return expert_action(world, state)
+        return expert_action(world, state, self.searching_expert)
 
     def random_action(self, rng: random.Random) -> str:
         return rng.choice(self.admissible())
@@ -384,6 +387,7 @@ class HouseholdSmall(Household):
 
     name = "household-small"
     max_turns = 20
+    searching_expert = True
 
 
 register(Household.name, Household)

@@ -1,30 +1,50 @@
-"""The household expert: the next action towards the goal from any state, using hidden state.
+"""The household experts: the next action towards the goal from any state.
 
-It replans from scratch every turn, so it also finishes episodes that started with other
+Both replan from scratch every turn, so they also finish episodes that started with other
 actions (random prefixes, restored mid-episode states): put down whatever useless thing is in
 hand, fetch a goal object that does not count yet, transform it at the appliance if the task
 asks for it, and put it in a target receptacle (or turn on a lamp while holding it).
+
+The *privileged* expert (``household``, as ALFWorld's) knows where every object is. The
+*searching* expert (``household-small``) only uses what the agent has seen: to fetch an object
+it has not seen yet, it explores the receptacles it has not looked into, those where the object
+type can be first and each in the order the room's description lists them, opening the closed
+ones. Its actions are a function of the observations so far, so a policy trained to imitate it
+can learn them exactly; the privileged expert's first ``go to`` cannot be learnt from what the
+policy reads.
 """
 
 from __future__ import annotations
 
 from envs.household.env import HELD, MIDDLE, NOBODY, State, is_open
-from envs.household.world import APPLIANCE, LAMP, World
+from envs.household.world import _LAMP_PLACES, APPLIANCE, LAMP, OBJECTS, World
 
 
-def expert_action(world: World, state: State) -> str:
-    """The expert's next action in ``state``."""
+def expert_action(world: World, state: State, searching: bool = False) -> str:
+    """The expert's next action in ``state``; ``searching``: the searching expert (above)."""
     held = state.held
     if held != NOBODY and world.object_types[held] != world.goal_type:
         return _put_down(world, state)
     if world.task_type == "look":
-        return _look(world, state)
+        return _look(world, state, searching)
     if held != NOBODY:
         return _deliver(world, state)
     placed = set(_placed(world, state))
     wanted = [o for o, t in enumerate(world.object_types)
               if t == world.goal_type and o not in placed]
-    return _fetch(world, state, wanted[0])
+    return _find(world, state, wanted, searching, OBJECTS[world.goal_type][1], _fetch)
+
+
+def _find(world: World, state: State, wanted: list[int], searching: bool,
+          places: tuple[str, ...], reach) -> str:
+    """``reach(world, state, o)`` for the first of ``wanted`` the expert knows the place of
+    (any, unless ``searching``), else the next step of exploring, ``places`` first."""
+    known = [o for o in wanted if not searching or state.seen >> o & 1]
+    if known:
+        return reach(world, state, known[0])
+    unexplored = [r for r in world.listing_order if not state.explored >> r & 1]
+    plausible = [r for r in unexplored if world.receptacle_types[r] in places]
+    return _go_open(world, state, (plausible or unexplored)[0])
 
 
 def _placed(world: World, state: State) -> list[int]:
@@ -79,10 +99,15 @@ def _deliver(world: World, state: State) -> str:
     return step or f"put {held} in/on {world.receptacles[target]}"
 
 
-def _look(world: World, state: State) -> str:
+def _look(world: World, state: State, searching: bool) -> str:
     if state.held == NOBODY:
-        return _fetch(world, state, world.object_types.index(world.goal_type))
-    lamp = world.object_types.index(LAMP)
+        return _find(world, state, [world.object_types.index(world.goal_type)], searching,
+                     OBJECTS[world.goal_type][1], _fetch)
+    return _find(world, state, [world.object_types.index(LAMP)], searching, _LAMP_PLACES,
+                 _use_lamp)
+
+
+def _use_lamp(world: World, state: State, lamp: int) -> str:
     where = state.object_location[lamp]
     if state.location != where:
         return f"go to {world.receptacles[where]}"

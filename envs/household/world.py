@@ -183,6 +183,15 @@ class World:
         return sum(1 << i for i, t in enumerate(self.receptacle_types) if t == receptacle_type)
 
     @functools.cached_property
+    def listing_order(self) -> tuple[int, ...]:
+        """The receptacles in the order the room's description lists them: by type, and
+        within a type from the highest number down (ALFWorld's order)."""
+        def key(r: int) -> tuple[str, int]:
+            return self.receptacle_types[r], -int(self.receptacles[r].rsplit(" ", 1)[1])
+
+        return tuple(sorted(range(len(self.receptacles)), key=key))
+
+    @functools.cached_property
     def lamps(self) -> int:
         """Bitmask of the lamp objects."""
         return self.mask(LAMP)
