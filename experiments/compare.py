@@ -7,7 +7,10 @@
    control; VICT; GiGPO; ProVer+VICT) for each seed, from that checkpoint, with the same number
    of updates and the same held-out evaluation every ``eval_every`` steps
    (``configs/household-small.yaml``). Each arm reports its extra rollout cost: ProVer's
-   verification continuations, as a fraction of the groups' own environment steps.
+   verification continuations, as a fraction of the groups' own environment steps. The
+   budget-matched GRPO arm spends the same environment steps as the same seed's ProVer run, in
+   larger groups (`spo_rollouts.budget_schedule_of_run`), so ProVer is also compared at equal
+   cost.
 3. Summary: final held-out success (mean ± std over seeds), its area under the curve (the mean
    over evaluations), the cost, and each method's diagnostics, as JSON
    (``experiments/results/compare.json``), a plot (``docs/results-compare.png``) and the table
@@ -31,9 +34,11 @@ import numpy as np
 from prover_jax.config import load as load_config
 from prover_jax.plot import read_metrics
 from prover_jax.sft import SftConfig, sft
+from prover_jax.spo_rollouts import budget_schedule_of_run
 from prover_jax.train import TrainConfig, initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "household-small.yaml"
 ARMS: dict[str, list[str]] = {
     "grpo": ["credit=grpo"],
     "prover": ["credit=prover", "host.judge=contrastive"],
@@ -41,7 +46,9 @@ ARMS: dict[str, list[str]] = {
     "vict": ["credit=vict"],
     "gigpo": ["credit=gigpo"],
     "prover+vict": ["credit=prover+vict", "host.judge=contrastive"],
+    "grpo-budget-matched": ["credit=budget-matched-grpo"],
 }
+BUDGET_OF = {"grpo-budget-matched": "prover"}  # arm -> the arm whose cost it matches
 SEEDS = (0, 1, 2)
 SUCCESS = "eval/greedy/success"
 SMOKE_SFT = ["steps=2", "demonstrations=4", "heldout=2", "batch_size=2", "eval_every=0",
@@ -68,13 +75,22 @@ def run_sft(directory: Path, overrides: Sequence[str]) -> Path:
     return directory
 
 
-def run_arm(directory: Path, start: Path, arm: str, seed: int, overrides: Sequence[str]) -> Path:
-    """One arm and seed from the SFT checkpoint `start` (resumed or read if it is there)."""
-    config = load_config(TrainConfig, ROOT / "configs" / "household-small.yaml",
-                         [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}",
-                          f"run_dir={directory}"])
+def run_arm(base: Path, start: Path, arm: str, seed: int, overrides: Sequence[str]) -> Path:
+    """One arm and seed from the SFT checkpoint `start`, in ``base/<arm>-seed<seed>`` (resumed
+    or read if it is there). A budget-matched arm needs its reference's run of the seed."""
+    directory = run_path(base, arm, seed)
+    changes = [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}", f"run_dir={directory}"]
+    if arm in BUDGET_OF:
+        schedule = budget_schedule_of_run(run_path(base, BUDGET_OF[arm], seed),
+                                          load_config(TrainConfig, CONFIG).group_size)
+        changes.append(f"credit_config.schedule={json.dumps(schedule)}")
+    config = load_config(TrainConfig, CONFIG, changes)
     train(config, *initial_model(config), log=quiet)
     return directory
+
+
+def run_path(base: Path, arm: str, seed: int) -> Path:
+    return base / f"{arm}-seed{seed}"
 
 
 def curve(run_dir: Path, start_success: float) -> tuple[list[int], list[float]]:
@@ -154,9 +170,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         base = Path(scratch) if args.smoke else ROOT / "experiments" / "runs"
         start = run_sft(base / "sft", SMOKE_SFT if args.smoke else [])
         start_success = read_metrics(start)[-1][SUCCESS]
-        runs = {arm: {seed: run_arm(base / f"{arm}-seed{seed}", start, arm, seed,
-                                    SMOKE_RL if args.smoke else [])
-                      for seed in args.seeds} for arm in args.arms}
+        arms = [*args.arms, *(BUDGET_OF[a] for a in args.arms
+                              if a in BUDGET_OF and BUDGET_OF[a] not in args.arms)]
+        runs: dict[str, dict[int, Path]] = {arm: {} for arm in ARMS if arm in arms}
+        for seed in args.seeds:  # every arm's seed 0 first: a stopped comparison is still one
+            for arm in runs:
+                runs[arm][seed] = run_arm(base, start, arm, seed,
+                                          SMOKE_RL if args.smoke else [])
         summary = summarize(runs, start_success)
     print(table(summary, start_success))
     if not args.smoke:

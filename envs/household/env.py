@@ -383,7 +383,8 @@ INSTRUCTION = (
 
 class HouseholdSmall(Household):
     """The same game in small rooms (`world.generate(small=True)`): one receptacle of each
-    type, 3-5 object types, the expert done in a median of 6 actions; 20 actions at most."""
+    type, 3-5 object types; 20 actions at most. Its expert searches (`expert`): a median of 9
+    actions."""
 
     name = "household-small"
     max_turns = 20
