@@ -18,7 +18,8 @@
 
 Runs live in ``experiments/runs/`` and resume: a finished run is read, not redone. ``--smoke``
 runs 1-2 steps of everything in a temporary folder and writes no results (CI runs it so the
-script cannot rot). ``--arms`` and ``--seeds`` pick a subset.
+script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs nothing and
+summarizes the runs that have finished (each arm lists its seeds).
 """
 
 from __future__ import annotations
@@ -93,6 +94,15 @@ def run_path(base: Path, arm: str, seed: int) -> Path:
     return base / f"{arm}-seed{seed}"
 
 
+def finished(run_dir: Path) -> bool:
+    """True if `run_dir` holds a run that has made all the updates its config asks for."""
+    if not (run_dir / "metrics.jsonl").exists():
+        return False
+    steps = json.loads((run_dir / "config.json").read_text())["steps"]
+    rows = read_metrics(run_dir)
+    return bool(rows) and rows[-1]["step"] + 1 >= steps
+
+
 def curve(run_dir: Path, start_success: float) -> tuple[list[int], list[float]]:
     """(updates, held-out success) of a run, the SFT start as update 0."""
     points = [(row["step"] + 1, row[SUCCESS]) for row in read_metrics(run_dir) if SUCCESS in row]
@@ -165,18 +175,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="1-2 steps, nothing kept")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: summarize the runs that have finished")
+    parser.add_argument("--runs", type=Path, help="where the runs live (default: "
+                        "experiments/runs, with --smoke a temporary folder)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="compare-") as scratch:
-        base = Path(scratch) if args.smoke else ROOT / "experiments" / "runs"
-        start = run_sft(base / "sft", SMOKE_SFT if args.smoke else [])
-        start_success = read_metrics(start)[-1][SUCCESS]
+        base = args.runs or (Path(scratch) if args.smoke else ROOT / "experiments" / "runs")
         arms = [*args.arms, *(BUDGET_OF[a] for a in args.arms
                               if a in BUDGET_OF and BUDGET_OF[a] not in args.arms)]
         runs: dict[str, dict[int, Path]] = {arm: {} for arm in ARMS if arm in arms}
-        for seed in args.seeds:  # every arm's seed 0 first: a stopped comparison is still one
-            for arm in runs:
-                runs[arm][seed] = run_arm(base, start, arm, seed,
-                                          SMOKE_RL if args.smoke else [])
+        if args.report:
+            start = base / "sft"
+            for seed in args.seeds:
+                for arm in runs:
+                    if finished(run_path(base, arm, seed)):
+                        runs[arm][seed] = run_path(base, arm, seed)
+            runs = {arm: by_seed for arm, by_seed in runs.items() if by_seed}
+        else:
+            start = run_sft(base / "sft", SMOKE_SFT if args.smoke else [])
+            for seed in args.seeds:  # every arm's seed 0 first: a stopped comparison is one
+                for arm in runs:
+                    runs[arm][seed] = run_arm(base, start, arm, seed,
+                                              SMOKE_RL if args.smoke else [])
+        start_success = read_metrics(start)[-1][SUCCESS]
         summary = summarize(runs, start_success)
     print(table(summary, start_success))
     if not args.smoke:

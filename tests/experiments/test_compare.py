@@ -8,12 +8,17 @@ from experiments import compare
 
 
 @pytest.mark.slow
-def test_the_comparison_runs(capsys):
+def test_the_comparison_runs_and_reports_what_finished(capsys, tmp_path):
     # the script is the same for every arm; the budget-matched one also runs the ProVer arm it
     # takes its group sizes from
-    compare.main(["--smoke", "--seeds", "0", "--arms", "grpo-budget-matched"])
+    compare.main(["--smoke", "--runs", str(tmp_path), "--seeds", "0",
+                  "--arms", "grpo-budget-matched"])
     table = capsys.readouterr().out
     assert "| prover | 1 |" in table and "| grpo-budget-matched | 1 |" in table
+    (tmp_path / "grpo-budget-matched-seed0" / "metrics.jsonl").unlink()  # as if never run
+    compare.main(["--smoke", "--report", "--runs", str(tmp_path), "--seeds", "0", "1"])
+    table = capsys.readouterr().out
+    assert "| prover | 1 |" in table and "grpo-budget-matched" not in table
 
 
 def test_the_credit_placement_experiment_runs(capsys):

@@ -158,12 +158,12 @@ def without_times(rows):  # wall-clock seconds are the one thing that may differ
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["grpo", "prover+vict"])  # both ProVer's and VICT's host sides
-def test_a_run_killed_and_resumed_is_bit_identical_to_an_uninterrupted_one(tmp_path, method):
+def test_a_run_killed_and_resumed_is_bit_identical_to_an_uninterrupted_one(tmp_path):
     """A training process SIGKILLed after its first step and resumed matches a run that never
-    stopped: same metrics, same params, same key and data position. (A random model wins no
-    episode, so no group reaches ProVer's judge: the random draws are the rollouts'.)"""
-    args = [*KILL_ARGS, "--credit", method]
+    stopped: same metrics, same params, same key and data position. prover+vict runs both
+    ProVer's and VICT's host sides on top of GRPO's. (A random model wins no episode, so no
+    group reaches ProVer's judge: the random draws are the rollouts'.)"""
+    args = [*KILL_ARGS, "--credit", "prover+vict"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     main([*args, "--run-dir", str(whole)])
     process = subprocess.Popen([sys.executable, "-m", "prover_jax.train", *args,
