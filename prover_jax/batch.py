@@ -9,8 +9,8 @@
 | `rewards`    | float32 [B]    | terminal reward R_i                                        |
 | `turn_valid` | bool  [B, T]   | turn exists (T = max turns in batch, bucketed)             |
 
-`pack` buckets L and T to powers of two and B to a multiple of `row_multiple`, so a training run
-compiles its kernels for a handful of shapes only. `validate` checks a batch from any source
+`pack` buckets L to two sizes an octave (`length_bucket`), T to powers of two and B to a
+multiple of `row_multiple`, so a training run compiles its kernels for a handful of shapes only. `validate` checks a batch from any source
 (ours or a user's trainer) on the host and raises a `ValueError` naming the array at fault.
 """
 
@@ -166,6 +166,14 @@ def bucket(n: int, minimum: int = 1) -> int:
     return 1 << (max(n, minimum) - 1).bit_length()
 
 
+def length_bucket(n: int, minimum: int = 1) -> int:
+    """Smallest ``2^k`` or ``3 * 2^(k-2)`` >= max(n, minimum): two sizes per octave, so padding
+    is at most a third of a row (a 1,100-token row is padded to 1,536, not 2,048)."""
+    size = bucket(n, minimum)
+    three_quarters = size // 4 * 3
+    return three_quarters if size >= 8 and three_quarters >= max(n, minimum) else size
+
+
 def _check_token_ids(token_ids: Sequence[int], where: str) -> None:
     ids = np.asarray(token_ids)
     if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
@@ -215,7 +223,7 @@ def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
         the data-parallel size.
 
     Returns:
-      Batch with L and T bucketed to powers of two.
+      Batch with L bucketed by `length_bucket` and T to a power of two.
     """
     if not groups:
         raise ValueError("groups is empty: there is nothing to pack")
@@ -234,7 +242,7 @@ def pack(groups: Sequence[Sequence[Trajectory]], *, pad_token_id: int = 0,
     if max_len is not None and longest > max_len:
         raise ValueError(f"a conversation has {longest} tokens > max_len={max_len}")
     n_rows = -(-len(rows) // row_multiple) * row_multiple
-    length = bucket(longest, min_len)
+    length = length_bucket(longest, min_len)
     n_turns = bucket(max(t for _, _, t in rows), min_turns)
 
     tokens = np.full((n_rows, length), pad_token_id, np.int32)

@@ -302,6 +302,7 @@ class Household(Env):
     name = "household"
     max_turns = 50
     searching_expert = False  # the expert knows where every object is (`expert`)
+    remind_task = False  # observations after the first do not repeat the task
 
     def __init__(self, train_tasks: int = 3553, eval_tasks: int = 134):
         self._sizes = {"train": train_tasks, "eval": eval_tasks}
@@ -325,6 +326,8 @@ class Household(Env):
         truncated = not won and new.turn + 1 >= self.max_turns
         self._state = new._replace(turn=new.turn + 1, done=won or truncated)
         info = {"valid": valid, "won": won, "truncated": truncated}
+        if self.remind_task:
+            text = f"{text}\nYour task is to: {world.goal_text}"
         return Step(text, won or truncated, 1.0 if won else 0.0, info)
 
     def snapshot(self) -> State:
@@ -383,12 +386,14 @@ INSTRUCTION = (
 
 class HouseholdSmall(Household):
     """The same game in small rooms (`world.generate(small=True)`): one receptacle of each
-    type, 3-5 object types; 20 actions at most. Its expert searches (`expert`): a median of 9
-    actions."""
+    type, 3-5 object types; 20 actions at most. Every observation ends with the task (as
+    verl-agent's ALFWorld prompt restates it every turn), and the expert searches (`expert`):
+    a median of 10 actions."""
 
     name = "household-small"
     max_turns = 20
     searching_expert = True
+    remind_task = True
 
 
 register(Household.name, Household)

@@ -7,17 +7,17 @@ asks for it, and put it in a target receptacle (or turn on a lamp while holding 
 
 The *privileged* expert (``household``, as ALFWorld's) knows where every object is. The
 *searching* expert (``household-small``) only uses what the agent has seen: to fetch an object
-it has not seen yet, it explores the receptacles it has not looked into, those where the object
-type can be first and each in the order the room's description lists them, opening the closed
-ones. Its actions are a function of the observations so far, so a policy trained to imitate it
-can learn them exactly; the privileged expert's first ``go to`` cannot be learnt from what the
-policy reads.
+it has not seen yet, it explores the receptacles it has not looked into in the order the room's
+description lists them, opening the closed ones. Its actions are a function of the
+observations so far, so a policy trained to imitate it can learn them exactly (the privileged
+expert's first ``go to`` cannot be learnt from what the policy reads), and a policy that learns
+where each object type is kept can beat it.
 """
 
 from __future__ import annotations
 
 from envs.household.env import HELD, MIDDLE, NOBODY, State, is_open
-from envs.household.world import _LAMP_PLACES, APPLIANCE, LAMP, OBJECTS, World
+from envs.household.world import APPLIANCE, LAMP, World
 
 
 def expert_action(world: World, state: State, searching: bool = False) -> str:
@@ -32,19 +32,17 @@ def expert_action(world: World, state: State, searching: bool = False) -> str:
     placed = set(_placed(world, state))
     wanted = [o for o, t in enumerate(world.object_types)
               if t == world.goal_type and o not in placed]
-    return _find(world, state, wanted, searching, OBJECTS[world.goal_type][1], _fetch)
+    return _find(world, state, wanted, searching, _fetch)
 
 
-def _find(world: World, state: State, wanted: list[int], searching: bool,
-          places: tuple[str, ...], reach) -> str:
+def _find(world: World, state: State, wanted: list[int], searching: bool, reach) -> str:
     """``reach(world, state, o)`` for the first of ``wanted`` the expert knows the place of
-    (any, unless ``searching``), else the next step of exploring, ``places`` first."""
+    (any, unless ``searching``), else the next step of exploring."""
     known = [o for o in wanted if not searching or state.seen >> o & 1]
     if known:
         return reach(world, state, known[0])
     unexplored = [r for r in world.listing_order if not state.explored >> r & 1]
-    plausible = [r for r in unexplored if world.receptacle_types[r] in places]
-    return _go_open(world, state, (plausible or unexplored)[0])
+    return _go_open(world, state, unexplored[0])
 
 
 def _placed(world: World, state: State) -> list[int]:
@@ -102,9 +100,8 @@ def _deliver(world: World, state: State) -> str:
 def _look(world: World, state: State, searching: bool) -> str:
     if state.held == NOBODY:
         return _find(world, state, [world.object_types.index(world.goal_type)], searching,
-                     OBJECTS[world.goal_type][1], _fetch)
-    return _find(world, state, [world.object_types.index(LAMP)], searching, _LAMP_PLACES,
-                 _use_lamp)
+                     _fetch)
+    return _find(world, state, [world.object_types.index(LAMP)], searching, _use_lamp)
 
 
 def _use_lamp(world: World, state: State, lamp: int) -> str:

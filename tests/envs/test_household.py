@@ -235,9 +235,12 @@ def test_small_rooms_keep_the_game_and_shrink_the_search():
         turns = 1
         while not (step := env.step(env.expert_action())).done:
             turns += 1
+            assert step.obs.endswith(f"\nYour task is to: {env.world.goal_text}")
         assert step.info["won"], task
         lengths.append(turns)
-    assert max(lengths) < env.max_turns and sorted(lengths)[len(lengths) // 2] <= 9
+    assert max(lengths) < env.max_turns and sorted(lengths)[len(lengths) // 2] <= 10
+    full.reset(full.tasks("train")[0])
+    assert "Your task" not in full.step("look").obs
     # the verifier and its atoms work on small worlds as on full ones
     env.reset(tasks[0])
     assert env.verifier(tasks[0]).atoms

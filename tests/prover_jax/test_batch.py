@@ -15,6 +15,7 @@ from prover_jax.batch import (
     TokenStream,
     Trajectory,
     bucket,
+    length_bucket,
     pack,
     pack_streams,
     validate,
@@ -53,7 +54,15 @@ def test_pack_roundtrip(gs):
                   if m.role == "assistant"]
         assert batch.turn_ids[b][batch.loss_mask[b]].tolist() == policy
         assert batch.rewards[b] == np.float32(traj.reward)
-    assert batch.tokens.shape[1] == bucket(batch.tokens.shape[1])
+    assert batch.tokens.shape[1] == length_bucket(batch.tokens.shape[1])
+
+
+def test_length_buckets_are_two_sizes_an_octave():
+    sizes = sorted({1 << k for k in range(14)} | {3 << k for k in range(1, 12)})
+    for minimum in (1, 16):
+        for n in range(1, 5000):
+            assert length_bucket(n, minimum) == min(s for s in sizes if s >= max(n, minimum))
+            assert length_bucket(n, minimum) <= bucket(n, minimum)
 
 
 def test_batch_is_a_pytree():
