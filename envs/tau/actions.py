@@ -4,7 +4,8 @@ An action is one assistant message. If it contains ``<tool_call>{"name": ..., "a
 {...}}</tool_call>`` (the format Qwen's chat templates teach, a missing closing tag tolerated),
 the first such call is executed and everything else in the message is dropped — as the benchmark
 keeps only the first tool call and drops the text of a message that calls a tool. Otherwise the
-whole message, minus a leading ``<think>...</think>`` block, is said to the user.
+whole message, minus a leading ``<think>...</think>`` block, is said to the user. A call of
+``respond`` is the benchmark's own form of a message to the user: its ``content`` is said.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from envs import json_text
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _THINKING = re.compile(r"\A\s*<think>.*?</think>", re.DOTALL)
+RESPOND = "respond"  # the benchmark's action name for a message to the user
 FORMAT_HINT = ('Write one call as <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>, '
                "or write a plain message to the user.")
 
@@ -62,6 +64,10 @@ def parse(action: str) -> ToolCall | Message | Malformed:
     if not isinstance(arguments, dict):
         return Malformed(f'Error: the tool call\'s "arguments" must be a JSON object. '
                          f"{FORMAT_HINT}")
+    if call["name"] == RESPOND:
+        if not isinstance(arguments.get("content"), str):
+            return Malformed(f'Error: respond needs a string "content". {FORMAT_HINT}')
+        return Message(arguments["content"])
     return ToolCall(call["name"], arguments)
 
 

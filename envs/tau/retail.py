@@ -80,13 +80,11 @@ def list_all_product_types(db: Db) -> str:
     return json.dumps(dict(sorted(names.items())))
 
 
-def _missing_item(order: dict, item_ids: list) -> str | None:
-    """The first requested item id requested more often than the order holds it."""
+def _missing_item(order: dict, item_ids: list) -> list:
+    """``[the first item id requested more often than the order holds it]``, or ``[]`` (a list:
+    the id itself may be null)."""
     held = [item["item_id"] for item in order["items"]]
-    for item_id in item_ids:
-        if item_ids.count(item_id) > held.count(item_id):
-            return item_id
-    return None
+    return [item_id for item_id in item_ids if item_ids.count(item_id) > held.count(item_id)][:1]
 
 
 def _price_difference(db: Db, order: dict, item_ids: list, new_item_ids: list
@@ -129,8 +127,8 @@ def _swap_difference(db: Db, order: dict, item_ids: list, new_item_ids: list
                      ) -> tuple[float | None, str | None]:
     """The price difference of swapping items, or the benchmark's error for a bad swap."""
     missing = _missing_item(order, item_ids)
-    if missing is not None:
-        return 0.0, f"Error: {missing} not found"
+    if missing:
+        return 0.0, f"Error: {missing[0]} not found"
     if len(item_ids) != len(new_item_ids):
         return 0.0, "Error: the number of items to be exchanged should match"
     return _price_difference(db, order, item_ids, new_item_ids)
@@ -280,7 +278,7 @@ def return_delivered_order_items(db: Db, order_id: str, item_ids: list,
     if ("gift_card" not in payment_method_id
             and payment_method_id != order["payment_history"][0]["payment_method_id"]):
         return "Error: payment method should be either the original payment method or a gift card"
-    if _missing_item(order, item_ids) is not None:
+    if _missing_item(order, item_ids):
         return "Error: some item not found"
     order = db.edit("orders", order_id)
     order["status"] = "return requested"

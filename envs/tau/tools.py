@@ -188,6 +188,7 @@ def calculate(db: Db, expression: str) -> str:
     del db
     if not all(char in _EXPRESSION_CHARS for char in expression):
         return "Error: invalid characters in expression"
+    expression = expression.lstrip(" ")  # eval of a string skips leading blanks; compile does not
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)

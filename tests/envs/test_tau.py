@@ -214,6 +214,19 @@ def test_db_hash_agrees_with_the_benchmarks_full_hash():
     (tool_call("exchange_delivered_order_items", {
         "order_id": "#W2378156", "item_ids": [], "new_item_ids": [],
         "payment_method_id": "x"}), "Error: payment method not found"),
+    # a null item id is an id the order does not hold, found before anything is written
+    (tool_call("return_delivered_order_items", {
+        "order_id": "#W2378156", "item_ids": [None], "payment_method_id": "credit_card_9513926"}),
+     "Error: some item not found"),
+    (tool_call("return_delivered_order_items", {
+        "order_id": "#W2378156", "item_ids": [None, "4202497723"],
+        "payment_method_id": "credit_card_9513926"}), "Error: some item not found"),
+    (tool_call("exchange_delivered_order_items", {
+        "order_id": "#W2378156", "item_ids": [None], "new_item_ids": ["1"],
+        "payment_method_id": "credit_card_9513926"}), "Error: None not found"),
+    (tool_call("modify_pending_order_items", {
+        "order_id": "#W5918442", "item_ids": [None], "new_item_ids": ["1"],
+        "payment_method_id": "credit_card_9513926"}), "Error: None not found"),
     (tool_call("calculate", {"expression": "2 ** 100000000"}), "Error: exponent too large"),
     ("<tool_call>{\"name\": \"think\", \"arguments\": {</tool_call>",
      "Error: the tool call is not valid JSON"),
@@ -247,8 +260,9 @@ def test_airline_quirks_and_errors():
 
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
 def test_calculate_matches_python_eval():
-    for expression in ["2 + 2", "(1 + 2) * 3 / 7", "10 / 3", "2 ** 0.5", "7 // 2", "-3.5",
-                       "1 / 0", "1 +", "()", "...", "(1)(2)", "1e5", "2 ** -1", "0 ** -1"]:
+    for expression in ["2 + 2", " 2 + 2", "   (1 + 2) * 3 / 7", "(1 + 2) * 3 / 7", "10 / 3",
+                       "2 ** 0.5", "7 // 2", "-3.5", "1 / 0", "1 +", "()", "...", "(1)(2)",
+                       "1e5", "2 ** -1", "0 ** -1"]:
         try:
             expected = str(round(float(eval(expression, {"__builtins__": None}, {})), 2))
         except Exception as error:
@@ -267,6 +281,19 @@ def test_action_parsing():
     assert parse('<tool_call>{"name": "think"}</tool_call>') == ToolCall("think", {})
     assert isinstance(parse("<tool_call>nope</tool_call>"), Malformed)
     assert parse(tool_call("a", {"b": [1]})) == ToolCall("a", {"b": [1]})
+    # the benchmark's respond action is a message to the user
+    assert parse(tool_call("respond", {"content": "Hi there"})) == Message("Hi there")
+    assert isinstance(parse(tool_call("respond", {"text": "Hi"})), Malformed)
+
+
+def test_a_respond_call_is_the_same_message_to_the_user():
+    env = envs.make("tau-retail")
+    env.reset(TASK)
+    before = env.snapshot()
+    said = env.step("What is your user id?")
+    env.restore(before)
+    called = env.step(tool_call("respond", {"content": "What is your user id?"}))
+    assert called == said and called.info["source"] == "user"
 
 
 def test_turn_limit_and_transfer_end_episodes():
