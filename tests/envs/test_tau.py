@@ -256,6 +256,16 @@ def test_airline_quirks_and_errors():
     found = json.loads(env.step(tool_call("search_direct_flight", {
         "origin": "JFK", "destination": "SEA", "date": "2024-05-20"})).obs)
     assert found and all(f["origin"] == "JFK" and "dates" not in f for f in found)
+    # as in the benchmark, the passengers' count is taken flight by flight, after its checks
+    booking = {"user_id": "mia_li_3668", "origin": "JFK", "destination": "SEA",
+               "flight_type": "one_way", "cabin": "economy", "payment_methods": [],
+               "total_baggages": 0, "nonfree_baggages": 0, "insurance": "no"}
+    step = env.step(tool_call("book_reservation", {
+        **booking, "flights": [{"flight_number": "NOPE", "date": "2024-05-20"}],
+        "passengers": None}))
+    assert step.obs == "Error: flight NOPE not found"
+    step = env.step(tool_call("book_reservation", {**booking, "flights": [], "passengers": 3}))
+    assert json.loads(step.obs)["reservation_id"] == "HATHAT" and step.info["valid"]
 
 
 @pytest.mark.filterwarnings("ignore::SyntaxWarning")
