@@ -10,8 +10,9 @@
 | `turn_valid` | bool  [B, T]   | turn exists (T = max turns in batch, bucketed)             |
 
 `pack` buckets L to two sizes an octave (`length_bucket`), T to powers of two and B to a
-multiple of `row_multiple`, so a training run compiles its kernels for a handful of shapes only. `validate` checks a batch from any source
-(ours or a user's trainer) on the host and raises a `ValueError` naming the array at fault.
+multiple of `row_multiple`, so a training run compiles its kernels for a handful of shapes
+only. `validate` checks a batch from any source (ours or a user's trainer) on the host and
+raises a `ValueError` naming the array at fault.
 """
 
 from __future__ import annotations

@@ -36,6 +36,21 @@ def to_dict(config: Any) -> dict:
     return plain(config)
 
 
+SECRETS = frozenset({"api_key"})
+REDACTED = "<redacted>"
+
+
+def without_secrets(tree: Any) -> Any:
+    """Nested dicts and lists with the value of every key in `SECRETS` that is set replaced by
+    `REDACTED`: what a run directory or a log may hold."""
+    if isinstance(tree, Mapping):
+        return {k: REDACTED if k in SECRETS and v is not None else without_secrets(v)
+                for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [without_secrets(v) for v in tree]
+    return tree
+
+
 def flatten(tree: Mapping, prefix: str = "") -> dict:
     """Nested dicts as one dict of dotted keys: {"learner.optimizer.b1": 0.9, ...}."""
     out = {}

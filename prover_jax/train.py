@@ -38,7 +38,14 @@ from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
 from prover_jax import credit, runs
 from prover_jax.batch import pack_streams
-from prover_jax.config import add_arguments, build, flatten, overrides, to_dict
+from prover_jax.config import (
+    add_arguments,
+    build,
+    flatten,
+    overrides,
+    to_dict,
+    without_secrets,
+)
 from prover_jax.config import load as load_config
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
 from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
@@ -264,7 +271,8 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
     run directory was started with (`RESUMABLE_CHANGES` may differ)."""
     path = directory / CONFIG_FILE
     if path.exists():
-        stored, ours = flatten(json.loads(path.read_text())), flatten(to_dict(config))
+        stored = flatten(json.loads(path.read_text()))
+        ours = flatten(without_secrets(to_dict(config)))
         differing = sorted(k for k in set(stored) | set(ours)
                            if k not in RESUMABLE_CHANGES and stored.get(k) != ours.get(k))
         if differing:
@@ -276,10 +284,11 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
 
 
 def write_run_config(directory: Path, config: TrainConfig) -> None:
-    """Writes ``config`` as the run directory's resolved config, atomically."""
+    """Writes ``config`` as the run directory's resolved config, atomically, without its
+    secrets (an API key in ``host.judge_config`` is written as `config.REDACTED`)."""
     path = directory / CONFIG_FILE
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_dict(config), indent=2) + "\n")
+    tmp.write_text(json.dumps(without_secrets(to_dict(config)), indent=2) + "\n")
     tmp.replace(path)
 
 

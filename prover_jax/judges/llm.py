@@ -39,7 +39,7 @@ class LLMConfig:
 
     base_url: str | None = None
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # never printed
     timeout_s: float = 60.0  # one request
     max_retries: int = 0
     temperature: float | None = None

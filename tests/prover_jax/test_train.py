@@ -22,12 +22,14 @@ from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
 from prover_jax.train import (
     TrainConfig,
+    check_run_config,
     environment_texts,
     main,
     task_split,
     tiny_model,
     tiny_tokenizer,
     train,
+    write_run_config,
 )
 
 
@@ -125,6 +127,29 @@ def test_train_config_errors():
         TrainConfig(steps=0)
     with pytest.raises(ValueError, match="temperature 1"):
         TrainConfig(sampling=SamplingConfig(temperature=0.7))
+
+
+def test_a_run_directory_never_holds_an_api_key(tmp_path):
+    from prover_jax.judges import AgenticConfig
+    from prover_jax.judges.critic import CriticConfig
+
+    secret = "sk-do-not-print-0123"
+    config = TrainConfig(host=HostOptions(judge="agentic", judge_config={"api_key": secret},
+                                          critic_config={"api_key": secret, "model": "m"}))
+    write_run_config(tmp_path, config)
+    written = (tmp_path / "config.json").read_text()
+    assert secret not in written and json.loads(written)["host"]["judge_config"] == {
+        "api_key": "<redacted>"}
+    check_run_config(tmp_path, config)  # the same run resumes, whatever its key now
+    check_run_config(tmp_path, TrainConfig(host=HostOptions(
+        judge="agentic", judge_config={"api_key": "another"},
+        critic_config={"api_key": "another", "model": "m"})))
+    with pytest.raises(ValueError, match=r"host\.critic_config\.model"):
+        check_run_config(tmp_path, TrainConfig(host=HostOptions(
+            judge="agentic", judge_config={"api_key": secret},
+            critic_config={"api_key": secret, "model": "other"})))
+    for settings in (AgenticConfig(api_key=secret), CriticConfig(api_key=secret)):
+        assert secret not in repr(settings) and secret not in str(settings)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
