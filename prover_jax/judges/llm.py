@@ -7,8 +7,10 @@ API key, so none is needed.
 
 Every failure of a call (timeout, connection error, HTTP error, a body that is not a chat
 completion) becomes an :class:`LLMError` with a one-line reason; callers turn it into "no
-credit". The client does not retry by default: a retried call would spend the wall-time cap
-of a judge that has a whole group to skip to.
+credit". A call's ``timeout_s`` bounds all of it, the body included (an endpoint that drips a
+byte at a time is cut at the deadline). The client does not retry by default: a retried call
+would spend the wall-time cap of a judge that has a whole group to skip to; ``max_retries``
+retries connection errors, 429 and 5xx within the same deadline.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletion
 
 from prover_jax.server.backend import ToolCall, assistant_message
 
@@ -31,6 +32,8 @@ ENV_MODEL = "PROVER_JUDGE_MODEL"
 ENV_API_KEY = "PROVER_JUDGE_API_KEY"
 NO_API_KEY = "unused"  # the openai client insists on some key
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+# Failures worth another try within the deadline: no connection, a timeout, 429 and 5xx.
+_RETRYABLE = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,47 +107,74 @@ class LLM:
             raise ValueError(f"no LLM model: set it in the config or ${ENV_MODEL}")
         self.config = config
         self.model = model
-        self._client = openai.OpenAI(
+        self._client = openai.OpenAI(  # retries are chat's, within its deadline
             base_url=base_url, api_key=config.api_key or os.environ.get(ENV_API_KEY) or NO_API_KEY,
-            max_retries=config.max_retries, timeout=config.timeout_s)
+            max_retries=0, timeout=config.timeout_s)
 
     def chat(self, messages: Sequence[Mapping[str, Any]],
              tools: Sequence[Mapping[str, Any]] = (), timeout_s: float | None = None) -> Reply:
-        """One completion of ``messages``.
+        """One completion of ``messages``, within ``timeout_s`` in all: connecting, every
+        retry (``max_retries``) and reading the whole body. (The HTTP client's own timeouts
+        are per read, so an endpoint that drips a byte at a time would hold it for ever.)
 
         Args:
           messages: the conversation in OpenAI chat format.
           tools: tool definitions (none: a plain completion).
-          timeout_s: this request's timeout (default: the config's).
+          timeout_s: this call's time limit (default: the config's ``timeout_s``).
 
         Raises:
-          LLMError: the call failed or the body was not a chat completion.
+          LLMError: the call failed, ran out of time, or the body was not a chat completion.
         """
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                return self._chat_once(messages, tools, timeout, deadline)
+            except LLMError as error:
+                retryable = isinstance(error.__cause__, _RETRYABLE)
+                if not retryable or attempt == self.config.max_retries or (
+                        time.monotonic() >= deadline):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _chat_once(self, messages, tools, timeout: float, deadline: float) -> Reply:
         options: dict[str, Any] = {"tools": list(tools)} if tools else {}
         if self.config.temperature is not None:
             options["temperature"] = self.config.temperature
         if self.config.max_completion_tokens is not None:
             options["max_completion_tokens"] = self.config.max_completion_tokens
+        late = LLMError(f"the LLM request timed out after {timeout:.1f} s")
         try:
-            response = self._client.chat.completions.create(
-                model=self.model, messages=list(messages), timeout=timeout, **options)
-        except openai.APITimeoutError:
-            raise LLMError(f"the LLM request timed out after {timeout:.1f} s") from None
+            with self._client.chat.completions.with_streaming_response.create(
+                    model=self.model, messages=list(messages),
+                    timeout=max(deadline - time.monotonic(), 1e-3), **options) as response:
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise late
+                content_type = response.headers.get("content-type", "")
+        except openai.APITimeoutError as e:
+            raise late from e
         except openai.APIStatusError as e:
             raise LLMError(f"the LLM endpoint answered HTTP {e.status_code}: "
-                           f"{_first_line(_error_detail(e))}") from None
+                           f"{_first_line(_error_detail(e))}") from e
         except openai.APIError as e:
             raise LLMError(f"the LLM request failed: {type(e).__name__}: "
-                           f"{_first_line(str(e))}") from None
-        except (ValueError, RecursionError) as e:  # a body declared JSON that does not decode
-            raise LLMError(f"the LLM endpoint sent an unreadable body: {type(e).__name__}: "
-                           f"{_first_line(str(e))}") from None
-        if not isinstance(response, ChatCompletion):
+                           f"{_first_line(str(e))}") from e
+        text = body.decode("utf-8", errors="replace")
+        try:
+            completion = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            if "json" in content_type:
+                raise LLMError(f"the LLM endpoint sent an unreadable body: "
+                               f"{type(e).__name__}: {_first_line(str(e))}") from None
             raise LLMError(f"the LLM endpoint did not answer a chat completion: "
-                           f"{_first_line(str(response))}")
-        # No validation happened: the dump is whatever the server sent, checked below.
-        return parse_completion(response.model_dump(warnings=False), self.config)
+                           f"{_first_line(text)}") from None
+        if not isinstance(completion, dict):
+            raise LLMError(f"the LLM endpoint did not answer a chat completion: "
+                           f"{_first_line(text)}")
+        return parse_completion(completion, self.config)
 
 
 def parse_completion(body: Mapping[str, Any], config: LLMConfig) -> Reply:

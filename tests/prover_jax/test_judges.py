@@ -214,6 +214,68 @@ def test_wall_time_cap_bounds_the_proposal():
     assert 0.5 <= proposal.wall_s < 1.5
 
 
+@contextlib.contextmanager
+def dripping_endpoint(byte_every_s=0.1):
+    """A loopback endpoint that answers every request with headers, then one byte of its body
+    every `byte_every_s` seconds, until the client hangs up."""
+    import socket
+    import threading
+    import time
+
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.recv(65536)
+                try:
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                       b"Content-Length: 100000\r\n\r\n")
+                    while not stop.is_set():
+                        connection.sendall(b" ")
+                        time.sleep(byte_every_s)
+                except OSError:  # the client hung up
+                    pass
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+def test_a_dripping_endpoint_is_cut_at_the_deadline():
+    # every read gets a byte well within the timeout, so only a whole-call deadline stops it
+    with dripping_endpoint() as base_url:
+        llm = LLM(LLMConfig(base_url=base_url, model="m", timeout_s=0.5, max_retries=3))
+        session = Session(llm, max_wall_s=0.8)
+        with pytest.raises(LLMError, match=r"timed out after 0\.5 s"):
+            session.chat([{"role": "user", "content": "x"}])
+        assert session.wall_s < 3.0  # before, it read until the endpoint stopped
+        judge = AgenticJudge(AgenticConfig(base_url=base_url, model="m", timeout_s=0.5,
+                                           max_wall_s=1.0))
+        proposal = judge.propose(SUCCESS, FAILURES, RNG)
+        assert not proposal.valid and "timed out" in proposal.error and proposal.wall_s < 3.0
+
+
+def test_server_errors_are_retried_within_the_deadline():
+    proposal, backend = propose(Fail(500, "boom"), Fail(503), answer(1, 2), max_retries=2)
+    assert proposal.valid and backend.remaining == 0
+    proposal, _ = propose(Fail(500, "boom"), answer(1, 2), max_retries=0)
+    assert not proposal.valid and "HTTP 500: boom" in proposal.error
+    proposal, backend = propose(Fail(400, "bad request"), answer(1, 2), max_retries=2)
+    assert not proposal.valid and "HTTP 400" in proposal.error and backend.remaining == 1
+
+
 def test_a_spent_wall_time_cap_stops_before_calling():
     session = Session(LLM(LLMConfig(base_url="http://127.0.0.1:9/v1", model="m")), 0.0)
     with pytest.raises(LLMError, match="wall-time cap of 0 s"):
