@@ -14,19 +14,22 @@ group order, as ``prover_jax.batch.pack`` lays them out) and the per-step diagno
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
 import random
+import threading
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from envs.pool import EnvPool
-from prover_jax.judges.base import Judge, Proposal, TrajectoryView, Turn
+from prover_jax.judges.base import Judge, Proposal, TrajectoryView, Turn, no_credit
 from prover_jax.rollout import Episode, Policy, run
 
 DELTA_BINS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
+JUDGE_DOWN = "the judge's model was unreachable earlier in this step"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +40,7 @@ class VerifyConfig:
     max_success_rate: float = 0.5
     continuations: int = 8  # K per boundary
     success_reward: float = 1.0  # a trajectory succeeded when its reward reaches this
+    judge_concurrency: int = 8  # proposals asked at once of a judge that waits on a model
 
     def __post_init__(self):
         if not 0.0 <= self.min_success_rate < self.max_success_rate <= 1.0:
@@ -44,6 +48,8 @@ class VerifyConfig:
                              f"{self.min_success_rate}, {self.max_success_rate}")
         if self.continuations < 1:
             raise ValueError(f"continuations must be >= 1, got {self.continuations}")
+        if self.judge_concurrency < 1:
+            raise ValueError(f"judge_concurrency must be >= 1, got {self.judge_concurrency}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,18 +124,16 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
     num_rows = rows if num_rows is None else num_rows
     if num_rows < rows:
         raise ValueError(f"{rows} episodes do not fit in num_rows={num_rows}")
-    proposals: list[Proposal | None] = []
-    requests: list[tuple[int, int, int, int]] = []  # group, row, l, r
-    for g, group in enumerate(groups):
-        if not is_eligible([e.reward for e in group], config):
-            proposals.append(None)
-            continue
-        chosen = select(group, config)
-        failures = [view(e, i) for i, e in enumerate(group) if e.reward < config.success_reward]
-        proposal = judge.propose(view(group[chosen], chosen), failures, rng)
-        proposals.append(proposal)
-        if proposal.valid:
-            requests.append((g, chosen, proposal.start_turn, proposal.end_turn))
+    eligible = [g for g, group in enumerate(groups)
+                if is_eligible([e.reward for e in group], config)]
+    chosen = {g: select(groups[g], config) for g in eligible}
+    asks = [(view(groups[g][chosen[g]], chosen[g]),
+             [view(e, i) for i, e in enumerate(groups[g]) if e.reward < config.success_reward])
+            for g in eligible]
+    answers = dict(zip(eligible, judge_all(judge, asks, rng, config.judge_concurrency)))
+    proposals: list[Proposal | None] = [answers.get(g) for g in range(len(groups))]
+    requests = [(g, chosen[g], answers[g].start_turn, answers[g].end_turn)  # group, row, l, r
+                for g in eligible if answers[g].valid]
     start = time.perf_counter()
     k = config.continuations
     prefixes = []
@@ -155,6 +159,33 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
     own = _own_cost(groups)
     numbers = diagnostics(proposals, measurements, extra, own, wall)
     return ProverResult(seg_start, seg_end, delta, tuple(proposals), tuple(measurements), numbers)
+
+
+def judge_all(judge: Judge, asks: Sequence[tuple[TrajectoryView, Sequence[TrajectoryView]]],
+              rng: random.Random, concurrency: int = 8) -> list[Proposal]:
+    """``judge.propose(success, failures)`` for every ask, in order.
+
+    A judge that waits on a model (`Judge.concurrent`) is asked up to `concurrency` at once,
+    each ask with its own generator drawn from `rng` in order (so the proposals do not depend
+    on which answer comes first); other judges are asked one by one with `rng` itself. Once a
+    proposal finds the model unreachable, the judge is down for the rest of the step: the asks
+    not yet sent get no credit (`JUDGE_DOWN`) at no cost.
+    """
+    down = threading.Event()
+
+    def ask(success_failures, ask_rng):
+        if down.is_set():
+            return no_credit(JUDGE_DOWN)
+        proposal = judge.propose(*success_failures, ask_rng)
+        if proposal.unreachable:
+            down.set()
+        return proposal
+
+    if not judge.concurrent or len(asks) < 2:
+        return [ask(a, rng) for a in asks]
+    rngs = [random.Random(rng.getrandbits(64)) for _ in asks]
+    with concurrent.futures.ThreadPoolExecutor(min(concurrency, len(asks))) as executor:
+        return list(executor.map(ask, asks, rngs))
 
 
 def _extra_cost(prefixes: Sequence[Episode], continued: Sequence[Episode]) -> tuple[int, int]:
@@ -196,6 +227,8 @@ def diagnostics(proposals: Sequence[Proposal | None], measurements: Sequence[Mea
         "judge_completion_tokens": float(sum(p.completion_tokens for p in judged)),
         "judge_cost": float(sum(p.cost for p in judged)),
         "judge_wall_s": float(sum(p.wall_s for p in judged)),
+        "judge_unreachable": float(sum(p.unreachable for p in judged)),
+        "judge_skipped_down": float(sum(p.error == JUDGE_DOWN for p in judged)),
         "extra_env_steps": float(extra[0]),
         "extra_env_steps_fraction": extra[0] / own[0] if own[0] else 0.0,
         "extra_policy_tokens": float(extra[1]),

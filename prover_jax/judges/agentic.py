@@ -84,6 +84,8 @@ class AgenticJudge(Judge):
       ValueError: at construction, when the endpoint or model is not configured.
     """
 
+    concurrent = True
+
     def __init__(self, config: AgenticConfig = AgenticConfig()):
         self.config = config
         self.llm = LLM(config)
@@ -96,7 +98,8 @@ class AgenticJudge(Judge):
         try:
             start, end, rationale = self._converse(success, failures, session)
         except (LLMError, NoCredit) as e:
-            return no_credit(str(e), tool_calls=session.tool_calls, **session.spend())
+            return no_credit(str(e), tool_calls=session.tool_calls,
+                             unreachable=getattr(e, "unreachable", False), **session.spend())
         return Proposal(start, end, rationale, None, tool_calls=session.tool_calls,
                         **session.spend())
 

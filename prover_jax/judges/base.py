@@ -54,6 +54,7 @@ class Proposal:
     completion_tokens: int = 0
     cost: float = 0.0  # from per-token prices in the judge config (0 if unset)
     wall_s: float = 0.0
+    unreachable: bool = False  # no credit because the judge's model could not be reached
 
     @property
     def valid(self) -> bool:
@@ -95,7 +96,12 @@ def segment_error(trajectory: TrajectoryView, start: int, end: int,
 
 
 class Judge(abc.ABC):
-    """Proposes one segment of a successful trajectory for boundary verification."""
+    """Proposes one segment of a successful trajectory for boundary verification.
+
+    ``concurrent``: its proposals wait on a model, so a step asks for all its groups' at once.
+    """
+
+    concurrent = False
 
     @abc.abstractmethod
     def propose(self, success: TrajectoryView, failures: Sequence[TrajectoryView],

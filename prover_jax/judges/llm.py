@@ -32,8 +32,9 @@ ENV_MODEL = "PROVER_JUDGE_MODEL"
 ENV_API_KEY = "PROVER_JUDGE_API_KEY"
 NO_API_KEY = "unused"  # the openai client insists on some key
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
-# Failures worth another try within the deadline: no connection, a timeout, 429 and 5xx.
-_RETRYABLE = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
+# The model cannot be reached (worth another try within the deadline): no connection, a
+# timeout, 429 and 5xx.
+_UNREACHABLE = (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +85,13 @@ class Reply:
 
 
 class LLMError(Exception):
-    """A call that produced no usable reply; the message says why."""
+    """A call that produced no usable reply; the message says why. ``unreachable``: the model
+    could not be reached in time (no connection, a timeout, HTTP 429 or 5xx), as opposed to a
+    reply that was unusable."""
+
+    def __init__(self, message: str, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 class AnswerError(ValueError):
@@ -131,8 +138,7 @@ class LLM:
             try:
                 return self._chat_once(messages, tools, timeout, deadline)
             except LLMError as error:
-                retryable = isinstance(error.__cause__, _RETRYABLE)
-                if not retryable or attempt == self.config.max_retries or (
+                if not error.unreachable or attempt == self.config.max_retries or (
                         time.monotonic() >= deadline):
                     raise
         raise AssertionError("unreachable")
@@ -143,7 +149,7 @@ class LLM:
             options["temperature"] = self.config.temperature
         if self.config.max_completion_tokens is not None:
             options["max_completion_tokens"] = self.config.max_completion_tokens
-        late = LLMError(f"the LLM request timed out after {timeout:.1f} s")
+        late = LLMError(f"the LLM request timed out after {timeout:.1f} s", unreachable=True)
         try:
             with self._client.chat.completions.with_streaming_response.create(
                     model=self.model, messages=list(messages),
@@ -158,10 +164,12 @@ class LLM:
             raise late from e
         except openai.APIStatusError as e:
             raise LLMError(f"the LLM endpoint answered HTTP {e.status_code}: "
-                           f"{_first_line(_error_detail(e))}") from e
+                           f"{_first_line(_error_detail(e))}",
+                           unreachable=isinstance(e, _UNREACHABLE)) from e
         except openai.APIError as e:
             raise LLMError(f"the LLM request failed: {type(e).__name__}: "
-                           f"{_first_line(str(e))}") from e
+                           f"{_first_line(str(e))}",
+                           unreachable=isinstance(e, _UNREACHABLE)) from e
         text = body.decode("utf-8", errors="replace")
         try:
             completion = json.loads(text)

@@ -267,13 +267,17 @@ def test_a_dripping_endpoint_is_cut_at_the_deadline():
         assert not proposal.valid and "timed out" in proposal.error and proposal.wall_s < 3.0
 
 
-def test_server_errors_are_retried_within_the_deadline():
+def test_server_errors_are_retried_within_the_deadline_and_mark_the_judge_unreachable():
     proposal, backend = propose(Fail(500, "boom"), Fail(503), answer(1, 2), max_retries=2)
     assert proposal.valid and backend.remaining == 0
     proposal, _ = propose(Fail(500, "boom"), answer(1, 2), max_retries=0)
-    assert not proposal.valid and "HTTP 500: boom" in proposal.error
+    assert not proposal.valid and "HTTP 500: boom" in proposal.error and proposal.unreachable
     proposal, backend = propose(Fail(400, "bad request"), answer(1, 2), max_retries=2)
     assert not proposal.valid and "HTTP 400" in proposal.error and backend.remaining == 1
+    assert not proposal.unreachable  # the model answered; the judge is not down
+    dead = AgenticJudge(AgenticConfig(base_url="http://127.0.0.1:9/v1", model="m"))
+    proposal = dead.propose(SUCCESS, FAILURES, RNG)
+    assert not proposal.valid and proposal.unreachable
 
 
 def test_a_spent_wall_time_cap_stops_before_calling():

@@ -124,3 +124,45 @@ def test_offline_judges_end_to_end_on_household(judge):
         assert rewards[row] == 1.0
         bonus = out[row, m.start_turn: m.end_turn + 1]
         assert np.allclose(bonus, max(m.delta, 0.0))
+
+
+class WaitingJudge(Judge):
+    """A judge that waits on a model: each answer names the draw of its own generator."""
+
+    concurrent = True
+
+    def __init__(self, barrier=None, unreachable_after: int | None = None):
+        self.barrier, self.unreachable_after, self.calls = barrier, unreachable_after, 0
+
+    def propose(self, success, failures, rng):
+        self.calls += 1
+        if self.barrier is not None:
+            self.barrier.wait(timeout=30)  # breaks unless all the asks are in flight at once
+        if self.unreachable_after is not None and self.calls > self.unreachable_after:
+            return Proposal(None, None, "", "connection refused", unreachable=True)
+        return Proposal(0, 0, f"{rng.random():.12f}", None)
+
+
+ASKS = [(view(Episode(envs.Task("chain", "train", i), observations=("start",)), i), [])
+        for i in range(6)]
+
+
+def test_a_judge_that_waits_on_a_model_is_asked_for_every_group_at_once():
+    import threading
+
+    from prover_jax.verify import judge_all
+
+    answers = judge_all(WaitingJudge(threading.Barrier(6)), ASKS, random.Random(0))
+    expected = judge_all(WaitingJudge(), ASKS, random.Random(0), concurrency=1)
+    assert [a.rationale for a in answers] == [a.rationale for a in expected]
+    assert len({a.rationale for a in answers}) == 6  # every ask has its own generator
+
+
+def test_an_unreachable_judge_is_down_for_the_rest_of_the_step():
+    from prover_jax.verify import JUDGE_DOWN, judge_all
+
+    judge = WaitingJudge(unreachable_after=1)
+    answers = judge_all(judge, ASKS, random.Random(0), concurrency=1)
+    assert judge.calls == 2  # one answer, then the first unreachable one; no more calls
+    assert answers[0].valid and answers[1].unreachable
+    assert [a.error for a in answers[2:]] == [JUDGE_DOWN] * 4
