@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Test processes; each file's tests stay in one process, so they share compiled programs.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 .PHONY: demo test test-fast bench lint clean
 
