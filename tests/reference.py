@@ -196,14 +196,15 @@ def criticsearch(base, group_ids, turn_valid, labels, labelled, outcome_weight=0
     return out
 
 
-def vict_normalise(marginals, eligible, omega, group_ids, center=False, eps=1e-8):
+def vict_normalise(marginals, eligible, omega, group_ids, center=False, eps=1e-8,
+                   min_supported=2):
     marginals = np.asarray(marginals, np.float64)
     out = np.zeros(marginals.shape)
     has_edge = (np.asarray(omega) > 0).any(axis=1)
     for rows in _groups(group_ids).values():
         for j in range(marginals.shape[1]):
             sup = [i for i in rows if marginals[i, j] != 0 and eligible[i][j] and has_edge[i, j]]
-            if len(sup) < 2:
+            if len(sup) < min_supported:
                 continue
             d = marginals[sup, j]
             if center:

@@ -65,7 +65,8 @@ def vict_host(options: hosts.HostOptions, config: VictConfig) -> hosts.HostSide:
         for row, g, _, _ in ctx.rows():
             group_ids[row] = g
         normalised = normalise(inputs["marginals"], inputs["eligible"], inputs["omega"],
-                               group_ids, redistribution.center, redistribution.norm_eps)
+                               group_ids, redistribution.center, redistribution.norm_eps,
+                               redistribution.min_supported)
         records = proof_records(credits, np.asarray(normalised.values), inputs["omega"])
         return hosts.HostOutput(inputs, abstentions(reasons), {"vict_proofs": records})
 

@@ -7,7 +7,13 @@ and the witness weights `omega [B, T, M]` of the proof edges. Everything here is
 
 1. supported rollouts of atom j in a group: `delta != 0`, eligible, and j has a proof edge;
 2. robust group normalisation per (group, atom) over supported rollouts; fewer than two
-   supported rollouts or a zero scale give 0 (`too_few`, `zero_scale` report where);
+   supported rollouts or a zero scale give 0 (`too_few`, `zero_scale` report where). Two is
+   the paper's rule (Appendix D: "if fewer than two supported rollouts contain atom j ... the
+   normalized marginal is set to zero"): a scale from one rollout is its own |delta|, so the
+   value would be a bare sign. So a lone success in a group of failures gets no VICT credit.
+   `min_supported=1` is the ablation that lifts the rule: with scale-only normalisation a lone
+   supported rollout gets `sign(delta)`; with `center=True` its MAD is 0 and it still abstains
+   (`zero_scale`);
    default scale-only `delta / (median|delta| + eps)`, or eq. 16 with `center=True`;
 3. eq. 7: `A_vict[b, t] = sum_j dhat[b, j] omega[b, t, j] / Z[b, j]`, `Z = sum_t omega + eps_z`;
 4. eq. 9 / 10: `A[b, t] = A_base[b, t] + lam * clip(A_vict[b, t], -c, c)` with eq. 17
@@ -42,6 +48,7 @@ class RedistributionConfig:
 
     gamma_lambda: float = 1.0
     center: bool = False  # True: eq. 16 literally, (delta - median) / (1.4826 MAD + eps)
+    min_supported: int = 2  # supported rollouts an atom needs in a group (the paper's 2)
     norm_eps: float = 1e-8
     z_eps: float = 1e-8
     lambda_eps: float = 1e-8
@@ -51,13 +58,17 @@ class RedistributionConfig:
     # a turn is credited must not depend on float rounding.
     zero_tol: float = 1e-6
 
+    def __post_init__(self):
+        if self.min_supported < 1:
+            raise ValueError(f"min_supported must be >= 1, got {self.min_supported}")
+
 
 class Normalised(NamedTuple):
     """Robust-normalised marginals and where normalisation abstained; all [B, M]."""
 
     values: jax.Array  # float32
     supported: jax.Array  # bool
-    too_few: jax.Array  # bool: delta != 0 but fewer than 2 supported rollouts in the group
+    too_few: jax.Array  # bool: delta != 0 but fewer than min_supported supported rollouts
     zero_scale: jax.Array  # bool: delta != 0, enough support, but the robust scale is 0
 
 
@@ -76,10 +87,10 @@ def has_edge(omega: jax.Array) -> jax.Array:
     return jnp.any(omega > 0, axis=1)
 
 
-@kernel(static_argnames=("center",))
+@kernel(static_argnames=("center", "min_supported"))
 def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
               group_ids: jax.Array, center: bool = False,
-              eps: float | jax.Array = 1e-8) -> Normalised:
+              eps: float | jax.Array = 1e-8, min_supported: int = 2) -> Normalised:
     """Robust per-(group, atom) normalisation of core marginals over supported rollouts.
 
     Args:
@@ -89,6 +100,7 @@ def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
       group_ids: int32 [B]; -1 marks padding.
       center: False for scale-only `delta / (s + eps)` with s the median |delta|; True for eq. 16.
       eps: added to the scale.
+      min_supported: fewer supported rollouts of an atom in a group give 0 (`too_few`).
 
     Returns:
       Normalised, values 0 wherever the rollout is not supported or the atom abstains.
@@ -109,7 +121,7 @@ def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
     else:
         median = jnp.zeros_like(marginals)
         scale = segment_median(jnp.abs(marginals), ids, supported)
-    enough = count >= 2
+    enough = count >= min_supported
     usable = supported & enough & (scale > 0)
     values = jnp.where(usable, (marginals - median) / (scale + eps), 0.0)
     too_few = (marginals != 0) & row_valid[:, None] & ~enough
@@ -177,7 +189,8 @@ def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
     check_choice("calibration", config.calibration, ("nonzero", "all"))
     base_bt = per_turn(base, turn_valid, "base")
     omega = jnp.where(turn_valid[:, :, None], omega, 0.0)  # no witness on padding turns
-    norm = normalise(marginals, eligible, omega, group_ids, config.center, config.norm_eps)
+    norm = normalise(marginals, eligible, omega, group_ids, config.center, config.norm_eps,
+                     config.min_supported)
     vict = corrections(norm.values, omega, config.z_eps)
     vict = jnp.where(turn_valid & ~(jnp.abs(vict) <= config.zero_tol), vict, 0.0)  # NaN stays
     lam, clip = calibrate(base_bt, vict, turn_valid, config)

@@ -77,14 +77,21 @@ def test_abstention_flags():
     assert np.all(np.asarray(norm.values) == 0)
     # the scale-only default keeps a consistently useful atom: 1 / median(1, 1) = 1
     close(normalise(marginals, eligible, omega, group_ids).values, [[0, 1], [0, 1]])
+    # the ablation of the paper's two-rollout rule: a lone supported rollout gets sign(delta)
+    lone = normalise(marginals * 3, eligible, omega, group_ids, min_supported=1)
+    close(lone.values, [[1, 1], [0, 1]])
+    assert not np.asarray(lone.too_few).any()
+    centred = normalise(marginals, eligible, omega, group_ids, center=True, min_supported=1)
+    assert np.asarray(centred.zero_scale)[0, 0] and np.all(np.asarray(centred.values) == 0)
 
 
-@given(batches(), st.integers(0, 2**31), st.booleans())
-def test_normalise_matches_reference(batch, seed, center):
+@given(batches(), st.integers(0, 2**31), st.booleans(), st.sampled_from([1, 2, 3]))
+def test_normalise_matches_reference(batch, seed, center, min_supported):
     marginals, eligible, omega = vict_inputs(batch, seed)
-    norm = normalise(marginals, eligible, omega, batch.group_ids, center)
-    close(norm.values, ref.vict_normalise(marginals, eligible, omega, batch.group_ids, center),
-          atol=1e-4)
+    norm = normalise(marginals, eligible, omega, batch.group_ids, center,
+                     min_supported=min_supported)
+    close(norm.values, ref.vict_normalise(marginals, eligible, omega, batch.group_ids, center,
+                                          min_supported=min_supported), atol=1e-4)
 
 
 @given(batches(), st.integers(0, 2**31), st.booleans(), st.sampled_from(["nonzero", "all"]),
