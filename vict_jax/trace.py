@@ -11,6 +11,9 @@ atoms into statuses ``z[t, j]``. Action ``t`` gets an edge to atom ``j`` when it
 
 Write, commit and violation edges weigh 1. Reveal edges count only when a later write or commit
 of the same atom exists (they lie on its support path); those share a total weight of 1.
+A terminal atom (``Kind.TERMINAL``, decidable only when the episode ends, such as tau's turn
+limit) has no reliable writer, so it gets no edge: the action that happens to be last does not
+own it, and a core marginal on it abstains as ``terminal-only`` (the paper's rule, §3.3).
 ``omega[t, j]`` sums the weights of the edges between action t and atom j.
 
 The ablation edge rules of SPEC §4.7 are options of :func:`proof_graph`: ``commit-only`` keeps
@@ -29,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from envs.verifier import Status, Verifier
+from envs.verifier import Kind, Status, Verifier
 
 RELATIONS = ("write", "reveal", "commit", "violation")
 EdgeRule = Literal["witness", "commit-only", "temporal-nearest", "no-proof-edges"]
@@ -93,7 +96,9 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     reveals = (statuses[:-1] == unk) & (statuses[1:] != unk)
     violations = (statuses[1:] == viol) & (statuses[:-1] != viol)
     if rule == "witness":
-        edges = _witness_edges(writes, reveals, commits, violations)
+        writer = np.array([atom.kind != Kind.TERMINAL for atom in atoms], bool)
+        edges = _witness_edges(writes & writer, reveals & writer, commits & writer,
+                               violations & writer)
     elif rule == "commit-only":
         edges = [Edge(t, j, "commit", 1.0) for t, j in zip(*np.nonzero(commits))]
     elif rule == "temporal-nearest":

@@ -258,3 +258,31 @@ def test_audit_masks_a_family_and_rejects_a_broken_aggregator():
                                             envs.make("household").tasks("eval")[:10])
     assert household.accepted and household.reconstruction_pct == 100.0
     assert household.mutation_pct == 100.0 and household.mutations > 0
+
+
+def test_a_turn_limit_failure_abstains_as_terminal_only():
+    # tau's turn-limit atom is decided by whichever action is the 30th: it has no writer
+    from envs.tau.actions import tool_call
+    from tests.envs.test_tau import TASK
+
+    env = envs.make("tau-retail")
+
+    def play(actions):
+        env.reset(TASK)
+        states = [env.snapshot()]
+        for action in actions:
+            step = env.step(action)
+            states.append(env.snapshot())
+        return Rollout(tuple(states), tuple(actions), step.reward)
+
+    stalled = play(["What is your user id?"] * env.max_turns)
+    assert stalled.states[-1].done and stalled.reward == 0.0
+    verifier = env.verifier(TASK)
+    limit = next(j for j, a in enumerate(verifier.atoms) if a.id == "episode:within-turn-limit")
+    assert not [e for e in proof_graph(verifier, stalled.states, stalled.actions).edges
+                if e.atom == limit]
+    looked_up = play([tool_call("find_user_id_by_email", {"email": "nobody@example.com"})]
+                     + ["What is your user id?"] * (env.max_turns - 1))
+    group = credit_group(verifier, [stalled, looked_up], [-1.0, -1.0])
+    assert np.all(group.marginals[:, limit] < 0) and not group.omega[:, :, limit].any()
+    assert group.atom_reasons[0, limit] == group.atom_reasons[1, limit] == "terminal-only"
