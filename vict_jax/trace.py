@@ -9,8 +9,12 @@ atoms into statuses ``z[t, j]``. Action ``t`` gets an edge to atom ``j`` when it
 - ``commit``: finalises it, ``j ∈ C(a_t)``;
 - ``violation``: the atom became VIOL at ``t + 1``.
 
-Write, commit and violation edges weigh 1. Reveal edges count only when a later write or commit
-of the same atom exists (they lie on its support path); those share a total weight of 1.
+Write, commit and violation edges weigh 1. Only actions whose effect survives into the final
+state are witnesses: a write edge needs a variable the action changed and no later action
+changed again, and of an atom's commits only the last one counts (a goal object put down and
+taken again, or an earlier purchase attempt, is a detour). Reveal edges count only when a later
+witness write or commit of the same atom exists (they lie on its support path); those share a
+total weight of 1.
 A terminal atom (``Kind.TERMINAL``, decidable only when the episode ends, such as tau's turn
 limit) has no reliable writer, so it gets no edge: the action that happens to be last does not
 own it, and a core marginal on it abstains as ``terminal-only`` (the paper's rule, §3.3).
@@ -97,8 +101,8 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     violations = (statuses[1:] == viol) & (statuses[:-1] != viol)
     if rule == "witness":
         writer = np.array([atom.kind != Kind.TERMINAL for atom in atoms], bool)
-        edges = _witness_edges(writes & writer, reveals & writer, commits & writer,
-                               violations & writer)
+        edges = _witness_edges(_writes(atoms, evidence, surviving=True) & writer,
+                               reveals & writer, _last(commits) & writer, violations & writer)
     elif rule == "commit-only":
         edges = [Edge(t, j, "commit", 1.0) for t, j in zip(*np.nonzero(commits))]
     elif rule == "temporal-nearest":
@@ -116,16 +120,29 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     return Trace(statuses, tuple(edges), omega, writes)
 
 
-def _writes(atoms, evidence: list[dict[str, Hashable]]) -> np.ndarray:
-    """bool [T, M]: action t changed a variable that atom j reads."""
+def _writes(atoms, evidence: list[dict[str, Hashable]], surviving: bool = False) -> np.ndarray:
+    """bool [T, M]: action t changed a variable that atom j reads (``surviving``: a variable no
+    later action changed again)."""
     names = sorted({v for atom in atoms for v in atom.state_vars})
     column = {v: k for k, v in enumerate(names)}
     changed = np.array([[before.get(v) != after.get(v) for v in names]
                         for before, after in itertools.pairwise(evidence)], bool)
+    changed = changed.reshape(len(evidence) - 1, len(names))
+    if surviving:
+        changed = _last(changed)
     reads = np.zeros((len(names), len(atoms)), bool)
     for j, atom in enumerate(atoms):
         reads[[column[v] for v in atom.state_vars], j] = True
-    return changed.reshape(len(evidence) - 1, len(names)) @ reads
+    return changed @ reads
+
+
+def _last(hits: np.ndarray) -> np.ndarray:
+    """bool [T, K]: only the last True of each column of ``hits``."""
+    last = np.zeros_like(hits)
+    turns = hits.shape[0] - 1 - np.argmax(hits[::-1], axis=0)
+    columns = np.nonzero(hits.any(axis=0))[0]
+    last[turns[columns], columns] = True
+    return last
 
 
 def _witness_edges(writes, reveals, commits, violations) -> list[Edge]:

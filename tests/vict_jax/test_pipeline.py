@@ -90,6 +90,31 @@ def test_egg_example_of_the_spec():
                                       inputs["eligible"], inputs["omega"])) == 0
 
 
+# A success with detours: the egg is put down on the target before it is heated (premature
+# placement), taken again, and put down on the diningtable on the way (a wrong place).
+DETOURED = ["go to fridge 1", "open fridge 1", "take egg 1 from fridge 1", "go to countertop 1",
+            "put egg 1 in/on countertop 1", "take egg 1 from countertop 1", "go to diningtable 1",
+            "put egg 1 in/on diningtable 1", "take egg 1 from diningtable 1",
+            "go to microwave 1", "heat egg 1 with microwave 1", "go to countertop 1",
+            "put egg 1 in/on countertop 1"]
+
+
+def test_only_actions_whose_effects_survive_are_witnesses():
+    trace = proof_graph(HouseholdVerifier(KITCHEN), _rollout(DETOURED, 1.0).states, DETOURED)
+    turns = {(e.turn, e.relation) for e in trace.edges}
+    assert {(2, "write"), (10, "write"), (12, "write"), (12, "commit")} <= turns
+    detours = {4, 5, 7, 8}  # the early puts and the takes that undo them
+    assert not [e for e in trace.edges if e.turn in detours], trace.edges
+    rollouts = [_rollout(DETOURED, 1.0), _rollout(WRONG_PLACE, 0.0), _rollout(SUCCESS_2, 1.0),
+                _rollout(WRONG_PLACE_2, 0.0)]
+    base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]), jnp.zeros(4, jnp.int32)))
+    group = credit_group(HouseholdVerifier(KITCHEN), rollouts, base)
+    vict = np.asarray(_kernel([rollouts], [group])[0].corrections)
+    assert vict[0, 2] > 0 and vict[0, 10] > 0 and vict[0, 12] > 0  # take, heat, the final put
+    assert np.all(vict[0, sorted(detours)] == 0)
+    assert vict[1, 6] < 0  # the failure's wrong put still gets the blame
+
+
 def test_proof_records_explain_every_correction(tmp_path):
     rollouts, group = _egg_group()
     result, inputs, _ = _kernel([rollouts], [group])
