@@ -60,7 +60,8 @@ SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=
             "host.continuations=1"]
 COSTS = ("credit/prover/extra_env_steps_fraction", "credit/prover/extra_policy_tokens_fraction")
 DIAGNOSTICS = ("credit/prover/acceptance_rate", "credit/prover/mean_delta",
-               "credit/prover/eligible_groups", "credit/vict/abstained", "success/rate",
+               "credit/prover/eligible_groups", "credit/vict/abstained",
+               "credit/vict/trigger_rate", "credit/vict/sparsity", "success/rate",
                "learner/entropy")
 
 

@@ -7,6 +7,7 @@ with its host side: NAME's, then VICT's trace and cores (`vict_host`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -68,9 +69,25 @@ def vict_host(options: hosts.HostOptions, config: VictConfig) -> hosts.HostSide:
                                group_ids, redistribution.center, redistribution.norm_eps,
                                redistribution.min_supported)
         records = proof_records(credits, np.asarray(normalised.values), inputs["omega"])
-        return hosts.HostOutput(inputs, abstentions(reasons), {"vict_proofs": records})
+        logs = {**abstentions(reasons), **coverage(records, ctx.groups, redistribution.zero_tol)}
+        return hosts.HostOutput(inputs, logs, {"vict_proofs": records})
 
     return host
+
+
+def coverage(records: list[dict], groups, zero_tol: float = 0.0) -> hosts.Diagnostics:
+    """From the proof records of a step's `groups` (of episodes): the share of rollouts with a
+    VICT correction (`vict/trigger_rate`) and the share of their actions with one
+    (`vict/sparsity`, the paper's credit sparsity); a turn whose corrections cancel to at most
+    `zero_tol` has none, as in the kernel."""
+    totals: dict[tuple[int, int, int], float] = collections.defaultdict(float)
+    for r in records:
+        totals[r["group"], r["rollout"], r["turn"]] += r["correction"]
+    credited = {key for key, total in totals.items() if abs(total) > zero_tol}
+    rollouts = sum(len(g) for g in groups)
+    actions = sum(e.num_turns for g in groups for e in g)
+    return {"vict/trigger_rate": len({key[:2] for key in credited}) / max(rollouts, 1),
+            "vict/sparsity": len(credited) / max(actions, 1)}
 
 
 def abstentions(reasons: list[str | None]) -> hosts.Diagnostics:

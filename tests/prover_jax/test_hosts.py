@@ -72,6 +72,10 @@ def test_host_sides_feed_their_kernels(step, name):
         proved = {(r["group"] * GROUP_SIZE + r["rollout"], r["turn"])
                   for r in records["vict_proofs"]}
         assert proved and proved == set(zip(*map(list, np.nonzero(moved))))
+        turns = sum(e.num_turns for g in ctx.groups for e in g)
+        assert logs["vict/sparsity"] == pytest.approx(len(proved) / turns)
+        assert logs["vict/trigger_rate"] == pytest.approx(
+            len({row for row, _ in proved}) / (GROUPS * GROUP_SIZE))
     assert np.isfinite(np.asarray(result.tokens)).all()
     assert all(isinstance(v, float) for v in logs.values())
     padding = np.asarray(batch.group_ids) < 0
