@@ -91,7 +91,8 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     atoms = verifier.atoms
     statuses, evidence = evaluate(verifier, states)
     n_turns, n_atoms = len(actions), len(atoms)
-    writes = _writes(atoms, evidence)
+    changed, reads = _changes(atoms, evidence)
+    writes = changed @ reads
     commits = np.zeros((n_turns, n_atoms), bool)
     for t, action in enumerate(actions):
         for j in verifier.commits(action):
@@ -101,7 +102,7 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     violations = (statuses[1:] == viol) & (statuses[:-1] != viol)
     if rule == "witness":
         writer = np.array([atom.kind != Kind.TERMINAL for atom in atoms], bool)
-        edges = _witness_edges(_writes(atoms, evidence, surviving=True) & writer,
+        edges = _witness_edges(_last(changed) @ reads & writer,
                                reveals & writer, _last(commits) & writer, violations & writer)
     elif rule == "commit-only":
         edges = [Edge(t, j, "commit", 1.0) for t, j in zip(*np.nonzero(commits))]
@@ -120,20 +121,17 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
     return Trace(statuses, tuple(edges), omega, writes)
 
 
-def _writes(atoms, evidence: list[dict[str, Hashable]], surviving: bool = False) -> np.ndarray:
-    """bool [T, M]: action t changed a variable that atom j reads (``surviving``: a variable no
-    later action changed again)."""
+def _changes(atoms, evidence: list[dict[str, Hashable]]) -> tuple[np.ndarray, np.ndarray]:
+    """(bool [T, V]: action t changed variable v, bool [V, M]: atom j reads variable v);
+    ``changed @ reads`` is "action t changed a variable atom j reads"."""
     names = sorted({v for atom in atoms for v in atom.state_vars})
     column = {v: k for k, v in enumerate(names)}
     changed = np.array([[before.get(v) != after.get(v) for v in names]
                         for before, after in itertools.pairwise(evidence)], bool)
-    changed = changed.reshape(len(evidence) - 1, len(names))
-    if surviving:
-        changed = _last(changed)
     reads = np.zeros((len(names), len(atoms)), bool)
     for j, atom in enumerate(atoms):
         reads[[column[v] for v in atom.state_vars], j] = True
-    return changed @ reads
+    return changed.reshape(len(evidence) - 1, len(names)), reads
 
 
 def _last(hits: np.ndarray) -> np.ndarray:

@@ -134,14 +134,15 @@ class LLM:
         """
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
-        for attempt in range(self.config.max_retries + 1):
+        attempt = 0
+        while True:
             try:
                 return self._chat_once(messages, tools, timeout, deadline)
             except LLMError as error:
-                if not error.unreachable or attempt == self.config.max_retries or (
-                        time.monotonic() >= deadline):
+                attempt += 1
+                if (not error.unreachable or attempt > self.config.max_retries
+                        or time.monotonic() >= deadline):
                     raise
-        raise AssertionError("unreachable")
 
     def _chat_once(self, messages, tools, timeout: float, deadline: float) -> Reply:
         options: dict[str, Any] = {"tools": list(tools)} if tools else {}
