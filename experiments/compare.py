@@ -59,10 +59,10 @@ SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=
             "evaluation.tasks=2", "evaluation.samples=0", "sampling.max_new_tokens=4",
             "host.continuations=1"]
 COSTS = ("credit/prover/extra_env_steps_fraction", "credit/prover/extra_policy_tokens_fraction")
-DIAGNOSTICS = ("credit/prover/acceptance_rate", "credit/prover/mean_delta",
-               "credit/prover/eligible_groups", "credit/vict/abstained",
-               "credit/vict/trigger_rate", "credit/vict/sparsity", "success/rate",
-               "learner/entropy")
+# Averaged over updates; ProVer's acceptance rate and mean Δ are pooled over proposals (`pooled`).
+DIAGNOSTICS = ("credit/prover/eligible_groups", "credit/prover/valid_proposals",
+               "credit/vict/abstained", "credit/vict/trigger_rate", "credit/vict/sparsity",
+               "success/rate", "learner/entropy")
 
 
 def quiet(line: str) -> None:
@@ -127,8 +127,22 @@ def summarize(runs: dict[str, dict[int, Path]], start_success: float) -> dict:
                        for seed, c in curves.items()},
             **{key: float(np.mean([r[key] for r in rows])) for key in COSTS + DIAGNOSTICS
                if all(key in r for r in rows)},
+            **pooled(rows),
         }
     return out
+
+
+def pooled(rows: list[dict]) -> dict[str, float]:
+    """ProVer's acceptance rate and mean Δ over every verified proposal of `rows` (a logged
+    rate is per update; its mean over updates would count updates without proposals as 0)."""
+    verified = "credit/prover/valid_proposals"
+    if not rows or not all(verified in r for r in rows):
+        return {}
+    total = sum(r[verified] for r in rows)
+    return {"credit/prover/acceptance_rate": sum(r["credit/prover/accepted"] for r in rows) / total
+            if total else 0.0,
+            "credit/prover/mean_delta": sum(r["credit/prover/mean_delta"] * r[verified]
+                                            for r in rows) / total if total else 0.0}
 
 
 def table(summary: dict, start_success: float) -> str:
