@@ -57,6 +57,7 @@ from prover_jax.train import (
     task_at,
     task_split,
 )
+from tpu.mesh import MeshConfig, batch_shards, build_mesh, to_sampler
 
 Reply = Literal["text", "tool_call"]
 
@@ -88,6 +89,8 @@ class SftConfig:
         intermediate_size=384, tokenizer_episodes=200))
     learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
         optimizer=OptimizerConfig(learning_rate=1e-3, warmup_steps=20), compute_dtype="float32"))
+    # The learner's devices (`tpu.mesh`)
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
     def __post_init__(self):
         if min(self.demonstrations, self.heldout, self.steps, self.batch_size, self.workers,
@@ -193,8 +196,8 @@ def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[
 
 def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Path,
          log) -> list[dict]:
-    learner = Learner(cfg, config.learner)
-    row_multiple = config.learner.micro_batches * learner.mesh.shape["data"]
+    learner = Learner(cfg, config.learner, build_mesh(config.mesh))
+    row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, "sft")
     state = run_dir.state
     policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise, config.reply)
@@ -236,8 +239,8 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
                                                      max_len, config.batch_size)
                 settings = dataclasses.replace(config.evaluation,
                                                max_actions=config.max_actions)
-                results = evaluate_model(pool, state.params, cfg, tokenizer, settings,
-                                         heldout_tasks[: settings.tasks])
+                results = evaluate_model(pool, to_sampler(state.params, cfg, learner.mesh), cfg,
+                                         tokenizer, settings, heldout_tasks[: settings.tasks])
                 row.update({f"eval/{mode}/{k}": v for mode, metrics in results.items()
                             for k, v in metrics.items()})
                 laps.lap("eval")

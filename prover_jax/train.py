@@ -59,6 +59,7 @@ from prover_jax.spo_rollouts import (
     default_branch_actions,
     spo_trees,
 )
+from tpu.mesh import MeshConfig, batch_shards, build_mesh, to_sampler
 
 CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
 TENSORBOARD = "tensorboard"
@@ -109,6 +110,8 @@ class TrainConfig:
         default_factory=lambda: SamplingConfig(max_new_tokens=16))
     learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
         optimizer=OptimizerConfig(learning_rate=1e-3), compute_dtype="float32"))
+    # The learner's and sampler's devices (`tpu.mesh`)
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
     def __post_init__(self):
         method = credit.get(self.credit)
@@ -263,7 +266,8 @@ def run_or_temporary(run_dir: str | None, prefix: str, log) -> Iterator[Path]:
         yield Path(directory)
 
 
-RESUMABLE_CHANGES = ("steps", "run_dir")  # what a resumed run may change
+# What a resumed run may change: the mesh too, so a run moves between machines.
+RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model")
 
 
 def check_run_config(directory: Path, config: TrainConfig) -> None:
@@ -359,8 +363,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     system = env.instruction()
     method, settings = credit.get(config.credit), config.credit_settings()
     host = None if method.host is None else method.host(config.host, settings)
-    learner = Learner(cfg, config.learner)
-    row_multiple = config.learner.micro_batches * learner.mesh.shape["data"]
+    learner = Learner(cfg, config.learner, build_mesh(config.mesh))
+    row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, config.credit)
     state = run_dir.state
     with EnvPool(config.env, config.groups * group_rows(config), config.workers) as pool:
@@ -370,7 +374,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             rng, next_key = step_rng(state.rng)
             position = int(state.data_position)
             chosen = [task_at(tasks, position + g, config.seed) for g in range(config.groups)]
-            policy = ModelPolicy(state.params, cfg, tokenizer, system, config.sampling)
+            policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh), cfg, tokenizer,
+                                 system, config.sampling)
             groups, trees = roll_out(config, pool, policy, chosen, rng, step)
             batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings,
                                   row_multiple)
@@ -396,7 +401,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             laps.lap("checkpoint")
             evaluation = {}
             if config.eval_every and (step + 1) % config.eval_every == 0:
-                evaluation = held_out(config, pool, state.params, cfg, tokenizer, env)
+                evaluation = held_out(config, pool, to_sampler(state.params, cfg, learner.mesh),
+                                      cfg, tokenizer, env)
                 laps.lap("eval")
             episodes = [e for group in groups for e in group]
             row = {"step": step, **step_metrics(episodes, metrics, output.diagnostics,

@@ -65,3 +65,12 @@ def test_rollout_bench_runs():
     assert by_path["cache"]["prefilled"] < by_path["re-prefill"]["prefilled"]
     text = bench.table(rows)
     assert "| re-prefill | 2 |" in text and "| cache | 2 |" in text and "| 2 | " in text
+
+
+def test_plan_bench_compares_with_the_compiled_step():
+    bench = load_bench("plan")
+    setup = bench.Setup("qwen3 d256 x4, V16000", bench.MeshConfig(fsdp=8), True, "float32", 1,
+                        rows=8, length=64)
+    row = bench.run([setup])[0]
+    assert row["xla_mib"] > 0 and 0.5 < row["ratio"] < 2  # the planner within 2x of XLA
+    assert "| qwen3 d256 x4, V16000 | data=1,fsdp=8,model=1 | yes |" in bench.table([row])

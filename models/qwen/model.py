@@ -282,9 +282,9 @@ def _layer(cfg: QwenConfig, kind: str, use_chunks: bool | None, x, common, mixer
 
 
 def _scanned_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs: _Inputs,
-                    cache_kv, history, state):
+                    cache_kv, history, state, constrain):
     """The layers as a scan over tiles of `cfg.pattern` (stacked weights), each tile
-    unrolled. Returns (x, cache_kv, history, state)."""
+    unrolled; `constrain` places each tile's output. Returns (x, cache_kv, history, state)."""
     pattern = cfg.pattern
     tiles = cfg.num_layers // len(pattern)
     n_full = pattern.count(FULL)
@@ -310,7 +310,7 @@ def _scanned_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs:
                 full_layers += 1
             else:
                 new_recurrent.append(layer_recurrent)
-        return (x, cache_kv), _stack(new_recurrent, n_linear, recurrent)
+        return (constrain(x), cache_kv), _stack(new_recurrent, n_linear, recurrent)
 
     if remat:
         tile = jax.checkpoint(tile, prevent_cse=False)
@@ -320,9 +320,9 @@ def _scanned_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs:
 
 
 def _unrolled_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs: _Inputs,
-                     cache_kv, history, state):
-    """The layers one after another, each with its own weight arrays (`unstack_layers`).
-    Returns (x, cache_kv, history, state)."""
+                     cache_kv, history, state, constrain):
+    """The layers one after another, each with its own weight arrays (`unstack_layers`);
+    `constrain` places each layer's output. Returns (x, cache_kv, history, state)."""
     layer = _layer
     if remat:
         layer = jax.checkpoint(_layer, prevent_cse=False, static_argnums=(0, 1, 2))
@@ -337,6 +337,7 @@ def _unrolled_layers(params, cfg: QwenConfig, use_chunks, remat: bool, x, inputs
                                  inputs, None, None, (history[linear], state[linear]))
             history, state = history.at[linear].set(h), state.at[linear].set(s)
             linear += 1
+        x = constrain(x)
     return x, cache_kv, history, state
 
 
@@ -362,7 +363,8 @@ def unstack_layers(params):
 def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
             cache: Cache | None = None, use_chunks: bool | None = None,
             last_only: bool = False, remat: bool = False,
-            hidden_only: bool = False) -> tuple[jax.Array, Cache | None]:
+            hidden_only: bool = False, activation_sharding=None
+            ) -> tuple[jax.Array, Cache | None]:
     """Logits of every token, and the updated cache.
 
     With stacked params (`describe`) the layers are scanned in tiles of `cfg.pattern` (one
@@ -383,6 +385,10 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
         input (training memory; no effect on the values).
       hidden_only: return the final normalised hidden states [B, L, D] (the params' dtype)
         instead of logits, for a caller that applies `lm_head` itself, e.g. in chunks.
+      activation_sharding: None, or a sharding of the hidden states [B, L, D] that the
+        embedding and every layer's output are constrained to (under FSDP: rows over the
+        batch axes, so each layer gathers its weights instead of splitting the activations'
+        width).
 
     Returns:
       (float32 logits [B, L, V] (or the hidden states, see `hidden_only`), the cache with
@@ -397,7 +403,12 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     if cache is not None and l > cache.valid.shape[1]:
         raise ValueError(f"tokens: {l} new tokens do not fit a cache of "
                          f"{cache.valid.shape[1]} slots")
-    x = params["embed"][tokens]
+    def constrain(h):
+        if activation_sharding is None:
+            return h
+        return jax.lax.with_sharding_constraint(h, activation_sharding)
+
+    x = constrain(params["embed"][tokens])
     cos, sin = rotary(cfg, positions, cfg.rotary_dim)
     token_valid = positions >= 0
     if cache is None:
@@ -413,7 +424,7 @@ def forward(params, cfg: QwenConfig, tokens: jax.Array, positions: jax.Array,
     kv = None if cache is None else (cache.k, cache.v)
     x, kv, history, state = layers(params, cfg, use_chunks, remat, x,
                                    _Inputs(cos, sin, q_slots, valid, token_valid, length),
-                                   kv, history, state)
+                                   kv, history, state, constrain)
     if last_only:
         x = x[:, -1:]
     x = rms_norm(x, params["norm"], cfg.rms_norm_eps, cfg.norm_plus_one)

@@ -1,12 +1,11 @@
-"""One logical -> physical sharding table per use: the learner (FSDP) and the sampler (TP).
+"""Logical -> physical sharding: a `Rules` table maps each logical axis to a mesh axis or None.
 
-Every parameter names its logical axes (`params.describe`); a `Rules` table maps each logical
-axis to a mesh axis or None. `param_shardings` turns the table into a `NamedSharding` per
-parameter after two checks: no parameter may map two of its axes to the same mesh axis (a
-collision), and a dimension that does not divide evenly by its mesh axis is replicated instead
-(e.g. 2 kv heads on a 4-way model axis), which `describe_placement` reports.
-
-Mesh axes: "data" (batch / FSDP) and "model" (tensor parallel).
+Every parameter names its logical axes (`params.describe`); the tables themselves (the
+learner's FSDP layout and the sampler's tensor-parallel one) live with the mesh, in `tpu.mesh`.
+`param_shardings` turns a table into a `NamedSharding` per parameter after two checks: no
+parameter may map two of its axes to the same mesh axis (a collision), and a dimension that
+does not divide evenly by its mesh axis is replicated instead (e.g. 2 kv heads on a 4-way model
+axis), which `describe_placement` reports.
 """
 
 from __future__ import annotations
@@ -14,32 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import jax
-import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from models.qwen.config import QwenConfig
 from models.qwen.params import ArrayInfo, describe
 
 Rules = Mapping[str, str | None]
-
-# Learner: weights fully sharded over "data" along the model width, heads / MLP over "model".
-LEARNER_RULES: Rules = {
-    "layers": None, "vocab": "model", "embed": "data", "q_heads": "model",
-    "kv_heads": "model", "head_dim": None, "mlp": "model",
-    "v_heads": "model", "v_dim": None, "conv_channels": None, "conv_kernel": None,
-}
-# Sampler: tensor parallel only, so decoding never gathers weights across the batch axis.
-SAMPLER_RULES: Rules = {
-    "layers": None, "vocab": "model", "embed": None, "q_heads": "model",
-    "kv_heads": "model", "head_dim": None, "mlp": "model",
-    "v_heads": "model", "v_dim": None, "conv_channels": None, "conv_kernel": None,
-}
-
-
-def make_mesh(data: int, model: int = 1) -> Mesh:
-    """A ("data", "model") mesh with automatic (propagated) sharding."""
-    return jax.make_mesh((data, model), ("data", "model"),
-                         axis_types=(AxisType.Auto, AxisType.Auto))
 
 
 def spec_for(name: str, info: ArrayInfo, rules: Rules, mesh: Mesh) -> PartitionSpec:
@@ -80,9 +59,3 @@ def describe_placement(params) -> dict[str, str]:
         shard = x.addressable_shards[0].data.shape
         out[_path_name(path)] = f"{tuple(x.shape)} / {tuple(shard)}"
     return out
-
-
-def shard_batch(mesh: Mesh, *arrays: np.ndarray):
-    """Places arrays with a leading batch axis over the "data" mesh axis."""
-    sharding = NamedSharding(mesh, PartitionSpec("data"))
-    return tuple(jax.device_put(a, sharding) for a in arrays)

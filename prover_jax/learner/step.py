@@ -8,10 +8,11 @@ so gradients arrive in float32). Logits and the loss are float32 whatever the co
 The LM head runs on the trained tokens only, gathered into a bucketed number of slots per row
 (`head_positions`); the log-probability function runs it on every token.
 
-Sharding. Params and optimizer moments follow `models.qwen.sharding.LEARNER_RULES` (FSDP: the
-model width over "data"; heads, MLP and vocab over "model", which is tensor parallelism when the
-mesh has a "model" axis > 1); every batch array is split over "data" along rows. A micro-batch
-takes every n-th row (`split_micro_batches`), so each one stays spread over all data shards.
+Sharding, on a `tpu.mesh` mesh. Params and optimizer moments follow `tpu.mesh.LEARNER_RULES`
+(FSDP: the model width over "fsdp"; heads, MLP and vocab over "model", which is tensor
+parallelism when the mesh has a "model" axis > 1; replicated over "data"); every batch array is
+split along rows over "data" and "fsdp". A micro-batch takes every n-th row
+(`split_micro_batches`), so each one stays spread over all batch shards.
 
 Positions are `0..L-1` on every row: rows are left-aligned and attention is causal, so right
 padding never changes the logits of the real tokens before it.
@@ -34,12 +35,19 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from models.qwen.config import QwenConfig
 from models.qwen.model import check_token_ids, forward, lm_head
 from models.qwen.params import abstract
-from models.qwen.sharding import LEARNER_RULES, Rules, make_mesh, param_shardings
+from models.qwen.sharding import Rules, param_shardings
 from prover_jax.batch import Batch, validate
 from prover_jax.checks import check_arrays
 from prover_jax.learner import loss as losses
 from prover_jax.learner.config import LearnerConfig
 from prover_jax.learner.optim import make_optimizer, schedule
+from tpu.mesh import (
+    LEARNER_RULES,
+    batch_shards,
+    build_mesh,
+    check_mesh,
+    row_sharding,
+)
 
 KEY_DATA_SHAPE = (2,)  # a threefry key's data
 METRICS = ("loss", "policy_loss", "kl_loss", "kl", "entropy", "clip_fraction", "behaviour_gap",
@@ -135,11 +143,12 @@ def validate_train_batch(batch: TrainBatch, cfg: LearnerConfig) -> None:
 
 
 def check_rows(rows: int, micro_batches: int, mesh: Mesh) -> None:
-    """Raises a ValueError unless B rows split evenly into micro-batches and data shards."""
-    data = mesh.shape["data"]
-    if rows % (micro_batches * data):
+    """Raises a ValueError unless B rows split evenly into micro-batches and batch shards."""
+    shards = batch_shards(mesh)
+    if rows % (micro_batches * shards):
         raise ValueError(f"batch: {rows} rows do not split into micro_batches={micro_batches} "
-                         f"x data shards={data}; pack with row_multiple={micro_batches * data}")
+                         f"x batch shards={shards}; pack with "
+                         f"row_multiple={micro_batches * shards}")
 
 
 class MicroBatches(NamedTuple):
@@ -155,8 +164,8 @@ class MicroBatches(NamedTuple):
 
 def split_micro_batches(tree, count: int, mesh: Mesh):
     """Splits every [B, ...] leaf into [count, B / count, ...]; micro-batch i holds rows
-    i, i + count, ... so that each stays spread over the "data" shards."""
-    sharding = NamedSharding(mesh, PartitionSpec(None, "data"))
+    i, i + count, ... so that each stays spread over the batch shards."""
+    sharding = row_sharding(mesh, leading=1)
 
     def split(x):
         x = x.reshape(x.shape[0] // count, count, *x.shape[1:]).swapaxes(0, 1)
@@ -171,8 +180,8 @@ def merge_micro_batches(x: jax.Array) -> jax.Array:
 
 
 def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, cfg: LearnerConfig,
-                   needed: jax.Array | None = None,
-                   head_positions: int | None = None) -> tuple[jax.Array, jax.Array]:
+                   needed: jax.Array | None = None, head_positions: int | None = None,
+                   mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array]:
     """Log-probability and entropy of every token under `params` (`loss.head_logprobs`).
 
     Args:
@@ -183,6 +192,8 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, cfg: Learne
         `recompute_logits`).
       needed, head_positions: only the tokens of bool [B, L] `needed`, at most
         `head_positions` per row, go through the LM head (None: every token).
+      mesh: the device mesh the hidden states keep their rows split over (None: wherever
+        XLA puts them).
 
     Returns:
       (logprobs, entropy), float32 [B, L] (0 on tokens not `needed`).
@@ -190,25 +201,27 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, cfg: Learne
     compute = jax.tree.map(lambda p: p.astype(cfg.compute_dtype), params)
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1], dtype=jnp.int32), tokens.shape)
     hidden, _ = forward(compute, model_cfg, tokens, positions, remat=cfg.remat,
-                        hidden_only=True)
+                        hidden_only=True,
+                        activation_sharding=None if mesh is None else row_sharding(mesh))
     return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, cfg.logits_chunk,
                                 cfg.recompute_logits, needed, head_positions)
 
 
 def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig, cfg: LearnerConfig,
-                     head_positions: int | None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                     head_positions: int | None, mesh: Mesh | None = None
+                     ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The loss sum of one micro-batch (weights from the whole batch) and its metric sums; the
     LM head runs on the trained tokens only when `head_positions` is given."""
     needed = None if head_positions is None else micro.mask
     logprobs, entropy = model_logprobs(params, model_cfg, micro.tokens, cfg, needed,
-                                       head_positions)
+                                       head_positions, mesh)
     metrics = losses.weighted_loss(logprobs, entropy, micro.old_logprobs, micro.advantages,
                                    micro.mask, micro.weights, cfg.loss, micro.ref_logprobs)
     return metrics["loss"], metrics
 
 
 def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg: LearnerConfig,
-                         shardings, head_positions: int | None = None
+                         shardings, head_positions: int | None = None, mesh: Mesh | None = None
                          ) -> tuple[Any, dict[str, jax.Array]]:
     """Sums gradients and metrics over the micro-batches in `lax.scan`.
 
@@ -218,6 +231,7 @@ def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg
       model_cfg, cfg: configs.
       shardings: params-shaped NamedShardings the gradients are kept in.
       head_positions: see `batch_gradients`.
+      mesh: see `model_logprobs`.
 
     Returns:
       (float32 gradient pytree, {metric: float32 scalar}) of the whole batch.
@@ -228,7 +242,7 @@ def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg
         return jax.tree.map(jnp.add, total, part)
 
     def body(carry, one):
-        grads, metrics = grad_fn(params, one, model_cfg, cfg, head_positions)
+        grads, metrics = grad_fn(params, one, model_cfg, cfg, head_positions, mesh)
         grads = jax.lax.with_sharding_constraint(grads, shardings)
         return (add(carry[0], grads), add(carry[1], metrics)), None
 
@@ -245,7 +259,8 @@ def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: Le
 
     Args:
       params: float32 params.
-      batch: TrainBatch of B rows, B a multiple of `cfg.micro_batches` x the data shards.
+      batch: TrainBatch of B rows, B a multiple of `cfg.micro_batches` x the batch shards
+        (`tpu.mesh.batch_shards`).
       model_cfg, cfg: configs (static).
       mesh: the device mesh.
       shardings: params-shaped NamedShardings of the params.
@@ -263,7 +278,7 @@ def batch_gradients(params, batch: TrainBatch, *, model_cfg: QwenConfig, cfg: Le
         MicroBatches(batch.batch.tokens, mask, losses.loss_weights(mask, loss_mask, cfg.loss),
                      batch.old_logprobs, batch.advantages, batch.ref_logprobs),
         cfg.micro_batches, mesh)
-    return accumulate_gradients(params, micro, model_cfg, cfg, shardings, head_positions)
+    return accumulate_gradients(params, micro, model_cfg, cfg, shardings, head_positions, mesh)
 
 
 def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
@@ -274,7 +289,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
 
     Args:
       state: TrainState with float32 params.
-      batch: TrainBatch of B rows, B a multiple of `cfg.micro_batches` x the data shards.
+      batch: TrainBatch of B rows, B a multiple of `cfg.micro_batches` x the batch shards
+        (`tpu.mesh.batch_shards`).
       model_cfg, cfg: configs (static).
       optimizer: `optim.make_optimizer(cfg.optimizer, model_cfg)`.
       mesh: the device mesh.
@@ -306,7 +322,8 @@ def policy_logprobs(params, tokens: jax.Array, *, model_cfg: QwenConfig, cfg: Le
 
     Args:
       params: float32 params.
-      tokens: int32 [B, L], B a multiple of `cfg.micro_batches` x the data shards.
+      tokens: int32 [B, L], B a multiple of `cfg.micro_batches` x the batch shards
+        (`tpu.mesh.batch_shards`).
       model_cfg, cfg: configs (static).
       mesh: the device mesh.
 
@@ -318,7 +335,7 @@ def policy_logprobs(params, tokens: jax.Array, *, model_cfg: QwenConfig, cfg: Le
     check_rows(tokens.shape[0], cfg.micro_batches, mesh)
     micro = split_micro_batches(tokens, cfg.micro_batches, mesh)
     logprobs = jax.lax.map(
-        lambda t: model_logprobs(params, model_cfg, t, cfg)[0], micro)
+        lambda t: model_logprobs(params, model_cfg, t, cfg, mesh=mesh)[0], micro)
     return merge_micro_batches(logprobs)
 
 
@@ -352,7 +369,7 @@ def _compile(model_cfg: QwenConfig, cfg: LearnerConfig, mesh: Mesh,
     optimizer = make_optimizer(cfg.optimizer, model_cfg)
     params = param_shardings(model_cfg, mesh, dict(rules))
     replicated = NamedSharding(mesh, PartitionSpec())
-    rows = NamedSharding(mesh, PartitionSpec("data"))
+    batch = row_sharding(mesh)
     abstract_opt = jax.eval_shape(optimizer.init, abstract(model_cfg))
     opt = optax.tree_map_params(optimizer, lambda _, s: s, abstract_opt, params,
                                 transform_non_params=lambda _: replicated)
@@ -363,11 +380,11 @@ def _compile(model_cfg: QwenConfig, cfg: LearnerConfig, mesh: Mesh,
     def step(head_positions: int | None):
         return jax.jit(functools.partial(train_step, optimizer=optimizer, shardings=params,
                                          head_positions=head_positions, **common),
-                       in_shardings=(state, rows), out_shardings=(state, replicated),
+                       in_shardings=(state, batch), out_shardings=(state, replicated),
                        donate_argnums=0)
 
     logprobs = jax.jit(functools.partial(policy_logprobs, **common),
-                       in_shardings=(params, rows), out_shardings=rows)
+                       in_shardings=(params, batch), out_shardings=batch)
     fresh = jax.jit(functools.partial(fresh_state, optimizer=optimizer), out_shardings=state)
     return _Compiled(optimizer, params, state, step, logprobs, fresh)
 
@@ -406,10 +423,8 @@ class Learner:
                  mesh: Mesh | None = None, rules: Rules = LEARNER_RULES):
         self.model_cfg = model_cfg
         self.cfg = cfg if cfg is not None else LearnerConfig()
-        self.mesh = mesh if mesh is not None else make_mesh(1, 1)
-        if set(self.mesh.axis_names) != {"data", "model"}:
-            raise ValueError(f"mesh: axes must be ('data', 'model') (see "
-                             f"models.qwen.sharding.make_mesh), got {self.mesh.axis_names}")
+        self.mesh = mesh if mesh is not None else build_mesh()
+        check_mesh(self.mesh)
         compiled = _compile(model_cfg, self.cfg, self.mesh, tuple(sorted(rules.items())))
         self.optimizer = compiled.optimizer
         self.state_shardings = compiled.state_shardings
@@ -440,6 +455,11 @@ class Learner:
         check_token_ids(batch.batch.tokens, self.model_cfg.vocab_size, "batch.tokens")
         positions = head_positions(batch, self.cfg.head_buckets)
         return self._train_step(positions)(state, batch)
+
+    def compiled_step(self, head_positions: int | None = None):
+        """The jitted `train_step` with `head_positions` LM-head slots per row (None: every
+        token), e.g. to `lower` it for abstract inputs and read XLA's memory analysis."""
+        return self._train_step(head_positions)
 
     def init(self, params, rng: jax.Array | int = 0) -> TrainState:
         """A fresh TrainState: params cast to float32 and placed on the mesh, zero moments.

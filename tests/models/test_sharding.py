@@ -8,16 +8,9 @@ import numpy as np
 import pytest
 
 from models import qwen
-from models.qwen.sharding import (
-    LEARNER_RULES,
-    SAMPLER_RULES,
-    describe_placement,
-    make_mesh,
-    param_shardings,
-    shard_batch,
-    spec_for,
-)
+from models.qwen.sharding import describe_placement, param_shardings, spec_for
 from tests.models.budget import Reference
+from tpu.mesh import LEARNER_RULES, SAMPLER_RULES, MeshConfig, build_mesh, shard_batch
 
 CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=128, hidden_size=64, intermediate_size=96,
                       num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True)
@@ -47,7 +40,7 @@ def setup(tmp_path_factory):
 @pytest.mark.parametrize("rules", [LEARNER_RULES, SAMPLER_RULES], ids=["learner", "sampler"])
 def test_sharded_forward_equals_unsharded(setup, rules):
     params, tokens, positions, reference = setup
-    mesh = make_mesh(data=2, model=4)
+    mesh = build_mesh(MeshConfig(fsdp=2, model=4))
     sharded = jax.device_put(params, param_shardings(CFG, mesh, rules))
     placement = describe_placement(sharded)
     # q [layers, d, h, e]: heads split 4 ways (and d 2 ways for the learner); not a no-op
@@ -76,7 +69,7 @@ def test_hybrid_model_sharded_forward_equals_unsharded(tmp_path):
     positions = np.broadcast_to(np.arange(10), (4, 10)).astype(np.int32)
     run = jax.jit(qwen.forward, static_argnums=1)
     expected, _ = run(params, cfg, tokens, positions)
-    mesh = make_mesh(data=2, model=4)
+    mesh = build_mesh(MeshConfig(fsdp=2, model=4))
     sharded = jax.device_put(params, param_shardings(cfg, mesh, LEARNER_RULES))
     assert describe_placement(sharded)["linear.z"].endswith("(1, 32, 1, 8)")
     logits, _ = run(sharded, cfg, *shard_batch(mesh, tokens, positions))
@@ -102,7 +95,7 @@ def test_abstract_params_match_init():
 
 
 def test_collisions_and_unknown_axes_are_errors():
-    mesh = make_mesh(data=2, model=4)
+    mesh = build_mesh(MeshConfig(fsdp=2, model=4))
     info = qwen.describe(CFG)["layers"]["gate"]  # axes (layers, embed, mlp)
     with pytest.raises(ValueError, match=r"layers\.gate: axes .* map twice"):
         spec_for("layers.gate", info, {**LEARNER_RULES, "embed": "model"}, mesh)

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from models import qwen
-from models.qwen.sharding import make_mesh
 from prover_jax import credit
 from prover_jax.batch import Batch, Message, Trajectory, pack
 from prover_jax.learner import (
@@ -28,6 +27,7 @@ from prover_jax.learner import (
 )
 from prover_jax.learner.optim import decay_mask, schedule
 from prover_jax.learner.step import batch_gradients, head_positions
+from tpu.mesh import MeshConfig, build_mesh
 
 CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=128, hidden_size=32, intermediate_size=64,
                       num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
@@ -209,13 +209,15 @@ def test_head_positions_buckets_the_most_trained_tokens_of_a_row():
     assert head_positions(batch_of(full), buckets=4) is None
 
 
-def test_sharded_step_equals_single_device(batches, reference_run):
+@pytest.mark.parametrize("mesh", [MeshConfig(fsdp=4, model=2), MeshConfig(data=2, fsdp=2, model=2)],
+                         ids=["fsdp4-model2", "data2-fsdp2-model2"])
+def test_sharded_step_equals_single_device(batches, reference_run, mesh):
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    learner = Learner(CFG, FP32, mesh=make_mesh(data=4, model=2))
+    learner = Learner(CFG, FP32, mesh=build_mesh(mesh))
     state = learner.init(init_params())
-    gate = state.params["layers"]["gate"]  # [layers, d, f]: d over data, f over model
-    assert gate.addressable_shards[0].data.shape == (2, 8, 32)
+    gate = state.params["layers"]["gate"]  # [layers, d, f]: d over fsdp, f over model
+    assert gate.addressable_shards[0].data.shape == (2, 32 // mesh.fsdp, 32)
     mu = state.opt_state[1][0].mu["layers"]["gate"]
     assert mu.sharding == gate.sharding  # optimizer moments are sharded like their params
     state, history = run(learner, batches)
@@ -300,3 +302,36 @@ def test_bad_inputs_are_value_errors(single, batches):
     nan[batch.batch.loss_mask] = np.nan
     with pytest.raises(ValueError, match="advantages: NaN"):
         validate_train_batch(dataclasses.replace(batch, advantages=nan), FP32)
+
+
+def compiled_peak_bytes(cfg, mesh, rows: int, length: int) -> int:
+    """XLA's per-device peak of the compiled train step (arguments + outputs - donated +
+    temporaries), for abstract inputs."""
+    config = dataclasses.replace(FP32, head_buckets=1, loss=LossConfig(kl_coef=0.0))
+    learner = Learner(cfg, config, mesh)
+    grid = (rows, length)
+
+    def spec(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    batch = Batch(spec(grid, np.int32), spec(grid, np.bool_), spec(grid, np.int32),
+                  spec(grid[:1], np.int32), spec(grid[:1], np.float32), spec((rows, 1), np.bool_))
+    train = TrainBatch(batch, spec(grid, np.float32), spec(grid, np.float32))
+    stats = learner.compiled_step().lower(learner.abstract_state(), train).compile() \
+        .memory_analysis()
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def test_fsdp_splits_the_rows_not_the_width():
+    """Under FSDP every device computes its own rows with gathered weights: its peak is a small
+    share of one device's. (Without the hidden states' row constraint XLA split the matmuls'
+    width instead and every device ran the whole batch: half of one device's peak.)"""
+    if jax.device_count() < 8:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=4096, hidden_size=256,
+                          intermediate_size=768, num_layers=4, num_heads=4, num_kv_heads=2,
+                          head_dim=64, qk_norm=True)
+    single = compiled_peak_bytes(cfg, build_mesh(MeshConfig()), 8, 256)
+    fsdp = compiled_peak_bytes(cfg, build_mesh(MeshConfig(fsdp=8)), 8, 256)
+    assert fsdp < 0.3 * single

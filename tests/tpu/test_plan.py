@@ -1,0 +1,87 @@
+"""tpu.plan: the exact lines (params, optimizer, KV cache) against the arrays the learner and
+the sampler really allocate, the presets against the checkpoints' published sizes, and the
+command line."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from models import qwen
+from prover_jax.learner import Learner, LearnerConfig
+from tests.tpu.test_mesh import CONFIGS
+from tpu import plan
+from tpu.mesh import AXES, LEARNER_RULES, MeshConfig, build_mesh
+
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake CPU) devices")
+
+
+def shard_bytes(tree) -> int:
+    """Bytes of one device's shards of abstract arrays with shardings."""
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+               for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("mesh", [MeshConfig(fsdp=4, model=2), MeshConfig(data=2, model=4)],
+                         ids=["fsdp4-model2", "data2-model4"])
+def test_state_lines_are_the_learner_state_shards(name, mesh):
+    cfg = CONFIGS[name]
+    state = Learner(cfg, LearnerConfig(), build_mesh(mesh)).abstract_state()
+    lines = plan.plan(cfg, mesh, 8, plan.Workload(rows=16, micro_batches=2))
+    assert lines["params"] == shard_bytes(state.params)
+    adam = state.opt_state[1][0]
+    assert lines["optimizer"] == shard_bytes((adam.mu, adam.nu))
+    assert lines["gradients"] == 2 * lines["params"]  # the sum and one micro-batch's
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_cache_line_is_the_sampler_cache(name):
+    cfg = CONFIGS[name]
+    work = plan.Workload(rows=4, micro_batches=1, prompt=20, response=12, sampler_rows=4)
+    cache = qwen.init_cache(cfg, 4, work.length, jnp.bfloat16)
+    arrays = (cache.k, cache.v, cache.history, cache.state)
+    assert plan.plan(cfg, MeshConfig(), 8, work)["kv cache"] == sum(x.nbytes for x in arrays)
+
+
+def test_presets_have_the_published_sizes():
+    counts = {name: plan.param_elements(plan.model_config(name), LEARNER_RULES,
+                                        dict.fromkeys(AXES, 1)) for name in plan.PRESETS}
+    assert round(counts["qwen2.5-1.5b"] / 1e9, 2) == 1.54
+    assert round(counts["qwen2.5-7b"] / 1e9, 2) == 7.62
+    assert round(counts["qwen3-0.6b"] / 1e9, 2) == 0.60
+    assert round(counts["qwen3-8b"] / 1e9, 1) == 8.2
+    assert 1.5e9 < counts["qwen3.5-2b"] < 2.5e9 and 3.5e9 < counts["qwen3.5-4b"] < 4.5e9
+    assert plan.model_config("qwen3.5-4b").num_full == 8  # every fourth layer
+
+
+def test_sharding_divides_what_it_shards():
+    cfg, work = plan.model_config("qwen2.5-7b"), plan.Workload()
+    single = plan.plan(cfg, MeshConfig(fsdp=1), 1, work)
+    eight = plan.plan(cfg, MeshConfig(fsdp=-1), 8, work)
+    assert eight["optimizer"] == pytest.approx(single["optimizer"] / 8, rel=1e-3)
+    assert single["gathered weights"] == 0 < eight["gathered weights"]
+    assert eight["sampler copy"] == single["sampler copy"]  # replicated over the batch axes
+
+
+def test_fit_follows_the_chip():
+    cfg = plan.model_config("qwen3-8b")
+    total = plan.plan(cfg, MeshConfig(fsdp=-1), 8, plan.Workload())["total"]
+    assert plan.fits(total, "v5p") and not plan.fits(total, "v5e")
+
+
+def test_command_line(capsys):
+    assert plan.main(["--model", "qwen2.5-1.5b", "--mesh", "fsdp=-1", "--devices", "4",
+                      "--chip", "v5e", "--rows", "32", "--micro-batches", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "1,543,714,304 parameters" in out and "| total |" in out and "| v5e (16 GiB" in out
+    assert plan.main(["--model", "qwen2.5-1.5b", "--mesh", "fsdp=2", "--devices", "8"]) == 0
+    assert plan.main(["--model", "qwen2.5-1.5b", "--mesh", "fsdp=3", "--devices", "8"]) == 2
+    assert "128 rows do not split into 8 micro-batches x 3" in capsys.readouterr().err
+    assert plan.main(["--model", "qwen2.5-1.5b", "--mesh", "fsdp=16", "--devices", "8"]) == 2
+    assert "needs 16 devices" in capsys.readouterr().err
+    assert plan.main(["--model", "no-such-model"]) == 2
+    assert "neither a preset" in capsys.readouterr().err

@@ -1,0 +1,147 @@
+"""Device meshes, and the rule tables that map the model's logical axes onto them.
+
+A mesh has three named axes:
+- "data": replicas. Batch rows are split over it; params and optimizer state are replicated.
+- "fsdp": batch rows are split over it too, and params, gradients and optimizer state are
+  sharded along the model width (fully sharded data parallelism).
+- "model": tensor parallelism. Attention heads, MLP channels and the vocabulary are split.
+
+Every parameter names its logical axes (`models.qwen.params.describe`); `LEARNER_RULES` and
+`SAMPLER_RULES` say which mesh axis each logical axis goes to, and
+`models.qwen.sharding.param_shardings` turns a table into one `NamedSharding` per parameter.
+The learner keeps weights FSDP-sharded; the sampler keeps them replicated over the batch axes,
+so a decode step never gathers weights. `to_sampler` moves weights from one layout to the other
+on the devices.
+
+This module imports only jax and the model: the learner builds its mesh from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from models.qwen.config import QwenConfig
+from models.qwen.sharding import Rules, param_shardings
+
+AXES = ("data", "fsdp", "model")
+BATCH_AXES = ("data", "fsdp")  # the axes batch rows are split over
+
+LEARNER_RULES: Rules = {
+    "layers": None, "vocab": "model", "embed": "fsdp", "q_heads": "model",
+    "kv_heads": "model", "head_dim": None, "mlp": "model",
+    "v_heads": "model", "v_dim": None, "conv_channels": None, "conv_kernel": None,
+}
+SAMPLER_RULES: Rules = {**LEARNER_RULES, "embed": None}
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Sizes of the mesh axes. One of them may be -1: as many devices as the others leave."""
+
+    data: int = 1
+    fsdp: int = 1
+    model: int = 1
+
+    def __post_init__(self):
+        sizes = dataclasses.astuple(self)
+        if any(size < 1 and size != -1 for size in sizes) or sizes.count(-1) > 1:
+            raise ValueError(f"mesh: every axis size must be >= 1, or -1 for one axis at most "
+                             f"(the devices left); got {self.describe()}")
+
+    def describe(self) -> str:
+        """"data=1,fsdp=4,model=2", the form `parse` reads."""
+        return ",".join(f"{axis}={size}" for axis, size in zip(AXES, dataclasses.astuple(self)))
+
+    def shape(self, device_count: int) -> dict[str, int]:
+        """axis -> size for a machine of `device_count` devices: a -1 axis takes every device
+        the others leave; without one the mesh may use fewer devices than there are.
+
+        Raises:
+          ValueError: the fixed axes need more devices than there are, or (with a -1 axis) do
+            not divide their number.
+        """
+        sizes = dict(zip(AXES, dataclasses.astuple(self)))
+        fixed = math.prod(size for size in sizes.values() if size != -1)
+        free = [axis for axis, size in sizes.items() if size == -1]
+        if free and device_count % fixed:
+            raise ValueError(f"mesh {self.describe()}: the fixed axes ({fixed} devices) do not "
+                             f"divide the {device_count} devices present")
+        if fixed > device_count:
+            raise ValueError(f"mesh {self.describe()} needs {fixed} devices; "
+                             f"{device_count} are present")
+        if free:
+            sizes[free[0]] = device_count // fixed
+        return sizes
+
+
+def parse(text: str) -> MeshConfig:
+    """A MeshConfig from "data=2,fsdp=-1,model=1" (axes left out have size 1).
+
+    Raises:
+      ValueError: an unknown axis, a repeated one, or a size that is not an integer.
+    """
+    sizes: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        axis, _, size = item.partition("=")
+        axis = axis.strip()
+        if axis not in AXES or axis in sizes:
+            raise ValueError(f"mesh {text!r}: {axis!r} is unknown or repeated; axes are {AXES}")
+        try:
+            sizes[axis] = int(size)
+        except ValueError:
+            raise ValueError(f"mesh {text!r}: size of {axis!r} is not an integer") from None
+    return MeshConfig(**sizes)
+
+
+def build_mesh(config: MeshConfig = MeshConfig(), devices: Sequence | None = None) -> Mesh:
+    """The ("data", "fsdp", "model") mesh of `config` over the first devices of `devices`
+    (default: every device of every process), with automatic (propagated) sharding.
+
+    Raises:
+      ValueError: the sizes do not fit the device count (`MeshConfig.shape`), or, with several
+        processes, leave devices out (every process must take part in every step).
+    """
+    devices = jax.devices() if devices is None else list(devices)
+    shape = config.shape(len(devices))
+    used = math.prod(shape.values())
+    if jax.process_count() > 1 and used != len(devices):
+        raise ValueError(f"mesh {config.describe()} uses {used} of the {len(devices)} devices "
+                         f"of {jax.process_count()} processes; with several processes it must "
+                         f"use them all (set one axis to -1)")
+    return jax.make_mesh(tuple(shape[a] for a in AXES), AXES, devices=devices[:used],
+                         axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def check_mesh(mesh: Mesh) -> None:
+    """Raises a ValueError unless `mesh` has exactly the axes of `build_mesh`."""
+    if tuple(mesh.axis_names) != AXES:
+        raise ValueError(f"mesh: axes must be {AXES} (see tpu.mesh.build_mesh), got "
+                         f"{tuple(mesh.axis_names)}")
+
+
+def batch_shards(mesh: Mesh) -> int:
+    """How many ways batch rows are split: the product of the batch axes' sizes."""
+    return math.prod(mesh.shape[a] for a in BATCH_AXES)
+
+
+def row_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
+    """Rows over the batch axes, after `leading` unsharded axes (1: [N, B, ...] micro-batches)."""
+    return NamedSharding(mesh, PartitionSpec(*([None] * leading), BATCH_AXES))
+
+
+def shard_batch(mesh: Mesh, *arrays: np.ndarray) -> tuple[jax.Array, ...]:
+    """Places arrays with a leading batch axis B over the batch axes (B divisible by
+    `batch_shards`)."""
+    return tuple(jax.device_put(a, row_sharding(mesh)) for a in arrays)
+
+
+def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
+    """The params pytree resharded to `SAMPLER_RULES` on `mesh`, device to device (no host
+    copy): weights replicated over the batch axes, split over "model"."""
+    return jax.device_put(params, param_shardings(cfg, mesh, SAMPLER_RULES))

@@ -1,0 +1,302 @@
+"""Per-device memory of a training setup, before renting the chips:
+``python -m tpu.plan --model FOLDER_OR_PRESET --mesh data=1,fsdp=8,model=1 --chip v5p``.
+
+What each line counts, per device:
+- params: float32 master weights under `tpu.mesh.LEARNER_RULES` (exact: shard shapes).
+- optimizer: AdamW's two float32 moments, sharded like the params (exact).
+- gradients: a float32 accumulator like the params, and with micro-batches one more for the
+  micro-batch being added (exact).
+- compute copy: the params cast to the compute dtype (none in float32).
+- gathered weights: what the batch axes' shards are gathered into for the matmuls: one layer's
+  weights at a time, the embedding and the LM head whole, all in float32 (XLA gathers the
+  master weights, then casts), and the LM head's float32 gradient, whole until the logits
+  chunks have all added to it.
+- activations: one micro-batch of rows over the batch axes. With remat, each layer keeps its
+  input [b, L, D] and one layer at a time holds its internals; without remat, every layer
+  keeps its internals, the attention scores, mask and probabilities included (causal: about
+  L² / 2 per head each, float32). Plus the LM head's logits: one chunk [b, chunk, V] and its
+  gradient, or every chunk with ``recompute_logits=False``. Heads and MLP channels are split
+  over "model" where they divide.
+- KV cache: the sampler's keys and values over the rows it decodes at once, at a context of
+  prompt + response slots, in the sampler dtype (Gated DeltaNet layers: their float32 state and
+  convolution history instead).
+- sampler copy: the params in the sampler dtype under `tpu.mesh.SAMPLER_RULES`.
+
+The activation and logits lines are estimates (what XLA keeps depends on its fusion choices);
+`bench/plan.py` compares them with the compiled train step's own memory analysis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import jax
+
+from models import qwen
+from models.qwen.config import QwenConfig
+from models.qwen.params import ArrayInfo
+from tpu.mesh import AXES, BATCH_AXES, LEARNER_RULES, SAMPLER_RULES, MeshConfig, parse
+
+GiB = 2**30
+
+# High-bandwidth memory per chip, bytes.
+CHIPS: Mapping[str, int] = {
+    "v4": 32 * GiB, "v5e": 16 * GiB, "v5p": 95 * GiB, "v6e": 32 * GiB,
+    "h100": 80 * 10**9, "h200": 141 * 10**9,
+}
+HEADROOM = 0.9  # share of a chip's memory a plan may fill (XLA and the runtime need the rest)
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _qwen2(vocab, hidden, inter, layers, heads, kv, tied):
+    return {"model_type": "qwen2", "vocab_size": vocab, "hidden_size": hidden,
+            "intermediate_size": inter, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv,
+            "tie_word_embeddings": tied}
+
+
+def _qwen3(vocab, hidden, inter, layers, heads, kv, tied):
+    return {**_qwen2(vocab, hidden, inter, layers, heads, kv, tied), "model_type": "qwen3",
+            "head_dim": 128}
+
+
+def _qwen3_5(hidden, inter, layers, heads, kv, linear_k, linear_v, tied):
+    return {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": hidden,
+            "intermediate_size": inter, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 256,
+            "tie_word_embeddings": tied, "partial_rotary_factor": 0.25,
+            "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
+                            for i in range(layers)],
+            "linear_num_key_heads": linear_k, "linear_num_value_heads": linear_v,
+            "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4}
+
+
+# The papers' models (Hugging Face config.json fields; no weights needed to plan).
+PRESETS: Mapping[str, dict] = {
+    "qwen2.5-1.5b": _qwen2(151936, 1536, 8960, 28, 12, 2, True),
+    "qwen2.5-7b": _qwen2(152064, 3584, 18944, 28, 28, 4, False),
+    "qwen3-0.6b": _qwen3(151936, 1024, 3072, 28, 16, 8, True),
+    "qwen3-8b": _qwen3(151936, 4096, 12288, 36, 32, 8, False),
+    "qwen3.5-2b": _qwen3_5(2048, 6144, 24, 8, 2, 16, 16, True),
+    "qwen3.5-4b": _qwen3_5(2560, 9216, 32, 16, 4, 16, 32, True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What one step holds: the papers' ALFWorld setup by default (16 groups of 8,
+    2,048 prompt + 512 response tokens)."""
+
+    rows: int = 128  # learner batch rows (groups x group size)
+    micro_batches: int = 8
+    prompt: int = 2048
+    response: int = 512
+    sampler_rows: int = 128  # rows the sampler decodes at once
+    compute_dtype: str = "bfloat16"
+    sampler_dtype: str = "bfloat16"
+    remat: bool = True
+    logits_chunk: int = 128
+    recompute_logits: bool = True
+
+    def __post_init__(self):
+        if min(self.rows, self.micro_batches, self.prompt + self.response, self.sampler_rows,
+               self.logits_chunk) < 1:
+            raise ValueError("rows, micro_batches, prompt + response, sampler_rows and "
+                             "logits_chunk must be >= 1")
+        for name in ("compute_dtype", "sampler_dtype"):
+            if getattr(self, name) not in DTYPE_BYTES:
+                raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}")
+
+    @property
+    def length(self) -> int:
+        return self.prompt + self.response
+
+
+def _shard_elements(info: ArrayInfo, rules, sizes: Mapping[str, int]) -> int:
+    """Elements of one device's shard of a parameter (uneven dimensions replicated, as
+    `models.qwen.sharding.spec_for` does)."""
+    count = 1
+    for size, axis in zip(info.shape, info.axes):
+        target = rules[axis]
+        split = sizes[target] if target is not None and size % sizes[target] == 0 else 1
+        count *= size // split
+    return count
+
+
+def param_elements(cfg: QwenConfig, rules, sizes: Mapping[str, int]) -> int:
+    """Elements of the params on one device under `rules` on a mesh of `sizes`."""
+    leaves = jax.tree.leaves(qwen.describe(cfg), is_leaf=lambda x: isinstance(x, ArrayInfo))
+    return sum(_shard_elements(info, rules, sizes) for info in leaves)
+
+
+def _split(count: int, ways: int) -> float:
+    """`count` heads or channels per device: split `ways` when they divide, else all."""
+    return count / ways if count % ways == 0 else count
+
+
+def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
+    """The forward pass's saved activations and the LM head's logits, one device."""
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    rows = max(1, work.rows // (work.micro_batches * shards))
+    tokens, length, model = rows * work.length, work.length, sizes["model"]
+    cb = DTYPE_BYTES[work.compute_dtype]
+    d = cfg.hidden_size
+    heads, kv = _split(cfg.num_heads, model), _split(cfg.num_kv_heads, model)
+    mlp = _split(cfg.intermediate_size, model)
+    # per token: residuals, projections' outputs and the norms with their float32 inputs
+    # (8 D), q k v before and after the rotary embedding, the attention output, and the MLP's
+    # gate, up, sigmoid and product
+    attention = (3 * heads + 4 * kv) * cfg.head_dim
+    if cfg.num_linear:
+        channels = _split(cfg.linear_conv_dim, model)
+        values = _split(cfg.linear_num_value_heads, model) * cfg.linear_value_head_dim
+        linear = 2 * channels + 2 * values
+        attention = (cfg.num_full * attention + cfg.num_linear * linear) / cfg.num_layers
+    internals = tokens * (8 * d + attention + 4 * mlp) * cb
+    probabilities = 3 * rows * heads * length * length / 2 * 4 * cfg.num_full / cfg.num_layers
+    per_layer = internals + probabilities
+    layers = (cfg.num_layers * tokens * d * cb + per_layer if work.remat
+              else cfg.num_layers * per_layer)
+    vocab = _split(cfg.vocab_size, model)
+    kept = work.length if not work.recompute_logits else min(work.logits_chunk, work.length)
+    logits = rows * (kept + min(work.logits_chunk, work.length)) * vocab * 4
+    return layers + logits
+
+
+def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
+    """The sampler's KV cache (and Gated DeltaNet state) for its rows, one device."""
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    rows, model = math.ceil(work.sampler_rows / shards), sizes["model"]
+    sb = DTYPE_BYTES[work.sampler_dtype]
+    kv = _split(cfg.num_kv_heads, model)
+    attention = cfg.num_full * 2 * rows * kv * work.length * cfg.head_dim * sb
+    linear = 0.0
+    if cfg.num_linear:
+        heads = _split(cfg.linear_num_value_heads, model)
+        state = heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+        history = (cfg.linear_conv_kernel - 1) * _split(cfg.linear_conv_dim, model) * sb
+        linear = cfg.num_linear * rows * (state + history)
+    return attention + linear
+
+
+def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:
+    """The "gathered weights" line: float32 shards gathered over the batch axes (still split
+    over "model"), and the LM head's gradient. Nothing is gathered without sharded batch axes."""
+    if math.prod(sizes[a] for a in BATCH_AXES) == 1:
+        return 0.0
+    gathered = {**sizes, **{a: 1 for a in BATCH_AXES}}
+    description = qwen.describe(cfg)
+    head = description["embed"] if cfg.tie_word_embeddings else description["lm_head"]
+    embedding = _shard_elements(description["embed"], LEARNER_RULES, gathered)
+    head = _shard_elements(head, LEARNER_RULES, gathered)
+    untied = 0 if cfg.tie_word_embeddings else head
+    layers = param_elements(cfg, LEARNER_RULES, gathered) - embedding - untied
+    return 4.0 * (layers / cfg.num_layers + embedding + untied + head)
+
+
+def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = Workload()
+         ) -> dict[str, float]:
+    """name -> bytes per device of every line of the module docstring, and "total".
+
+    Raises:
+      ValueError: `mesh` does not fit `device_count` devices, or the rows do not split over the
+        micro-batches and batch shards.
+    """
+    sizes = mesh.shape(device_count)
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    if work.rows % (work.micro_batches * shards):
+        raise ValueError(f"{work.rows} rows do not split into {work.micro_batches} "
+                         f"micro-batches x {shards} batch shards")
+    params = param_elements(cfg, LEARNER_RULES, sizes)
+    cb = DTYPE_BYTES[work.compute_dtype]
+    out = {
+        "params": params * 4.0,
+        "optimizer": 2 * params * 4.0,
+        "gradients": params * 4.0 * (2 if work.micro_batches > 1 else 1),
+        "compute copy": 0.0 if cb == 4 else float(params * cb),
+        "gathered weights": gathered_bytes(cfg, sizes),
+        "activations": activation_bytes(cfg, work, sizes),
+        "kv cache": cache_bytes(cfg, work, sizes),
+        "sampler copy": param_elements(cfg, SAMPLER_RULES, sizes)
+        * float(DTYPE_BYTES[work.sampler_dtype]),
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def fits(total: float, chip: str) -> bool:
+    """Whether `total` bytes fit in `HEADROOM` of one `chip`'s memory."""
+    return total <= HEADROOM * CHIPS[chip]
+
+
+def model_config(name: str) -> QwenConfig:
+    """A preset's config, or a local model folder's (its config.json only).
+
+    Raises:
+      ValueError: neither a preset nor a folder with a config.json.
+    """
+    if name.lower() in PRESETS:
+        return qwen.from_hf_config(PRESETS[name.lower()])
+    if (Path(name) / "config.json").is_file():
+        return qwen.read_config(name)
+    raise ValueError(f"--model {name!r} is neither a preset ({', '.join(PRESETS)}) nor a "
+                     f"folder with a config.json")
+
+
+def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload, chip: str) -> str:
+    """A markdown table of the plan with and without remat, GiB per device."""
+    rows = {remat: plan(cfg, mesh, devices, dataclasses.replace(work, remat=remat))
+            for remat in (True, False)}
+    setup = (f"mesh {mesh.describe()} on {devices} devices; {work.rows} rows x {work.length} "
+             f"tokens in {work.micro_batches} micro-batches, {work.compute_dtype} compute; "
+             f"sampler {work.sampler_rows} rows, {work.sampler_dtype}")
+    lines = [setup, "", "| per device (GiB) | remat | no remat |", "|---|---:|---:|"]
+    for name in rows[True]:
+        lines.append(f"| {name} | {rows[True][name] / GiB:.2f} | {rows[False][name] / GiB:.2f} |")
+    capacity = CHIPS[chip] / GiB
+    verdict = {r: "fits" if fits(rows[r]["total"], chip) else "does not fit" for r in rows}
+    lines.append(f"| {chip} ({capacity:.0f} GiB, {HEADROOM:.0%} usable) | {verdict[True]} | "
+                 f"{verdict[False]} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tpu.plan", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help=f"a preset ({', '.join(PRESETS)}) or a "
+                        "local model folder")
+    parser.add_argument("--mesh", default="fsdp=-1", help="axis sizes, e.g. data=2,fsdp=4,model=1")
+    parser.add_argument("--devices", type=int, default=8, help="devices the mesh spans")
+    parser.add_argument("--chip", default="v5p", choices=sorted(CHIPS))
+    defaults = Workload()
+    for field in dataclasses.fields(Workload):
+        if field.name == "remat":
+            continue
+        flag, default = "--" + field.name.replace("_", "-"), getattr(defaults, field.name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+    args = parser.parse_args(argv)
+    try:
+        cfg = model_config(args.model)
+        mesh = parse(args.mesh)
+        work = Workload(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Workload)
+                           if f.name != "remat"})
+        print(f"{args.model}: {param_elements(cfg, LEARNER_RULES, dict.fromkeys(AXES, 1)):,} "
+              "parameters")
+        print(table(cfg, mesh, args.devices, work, args.chip))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
