@@ -145,3 +145,15 @@ def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
     """The params pytree resharded to `SAMPLER_RULES` on `mesh`, device to device (no host
     copy): weights replicated over the batch axes, split over "model"."""
     return jax.device_put(params, param_shardings(cfg, mesh, SAMPLER_RULES))
+
+
+def from_process_local(mesh: Mesh, tree):
+    """Global arrays, rows over the batch axes, from every process's own rows.
+
+    Each process passes a pytree of its [B_local, ...] arrays (its share of the batch; every
+    process the same shapes); the global arrays hold the processes' rows in process order.
+    With one process this places the arrays as `shard_batch` does.
+    """
+    sharding = row_sharding(mesh)
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
