@@ -196,6 +196,9 @@ def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[
 
 def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Path,
          log) -> list[dict]:
+    if jax.process_count() > 1:
+        raise ValueError("SFT runs in one process (its demonstrations are not split over "
+                         "processes yet); train the warm start on one host, then --init from it")
     learner = Learner(cfg, config.learner, build_mesh(config.mesh))
     row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, "sft")

@@ -59,7 +59,8 @@ from prover_jax.spo_rollouts import (
     default_branch_actions,
     spo_trees,
 )
-from tpu.mesh import MeshConfig, batch_shards, build_mesh, to_sampler
+from tpu import distributed
+from tpu.mesh import MeshConfig, batch_shards, build_mesh, from_process_local, to_sampler
 
 CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
 TENSORBOARD = "tensorboard"
@@ -226,11 +227,55 @@ def trainable_methods() -> list[str]:
 
 
 def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int,
-             row_multiple: int = 1):
+             row_multiple: int = 1, **pack_kwargs):
     """The groups' token streams packed: (Batch, the sampler's log-probs [B, L])."""
     return pack_streams([[e.stream() for e in group] for group in groups],
                         [[e.reward for e in group] for group in groups],
-                        pad_token_id=pad_token_id, max_len=max_len, row_multiple=row_multiple)
+                        pad_token_id=pad_token_id, max_len=max_len, row_multiple=row_multiple,
+                        **pack_kwargs)
+
+
+def agreed_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int,
+                 row_multiple: int):
+    """`to_batch` of this process's groups, padded to the longest L and T of any process (the
+    learner's global batch stacks every process's rows)."""
+    batch, old = to_batch(groups, pad_token_id, max_len, row_multiple)
+    mine = [batch.tokens.shape[1], batch.turn_valid.shape[1]]
+    shapes = distributed.gather_objects(mine)
+    agreed = [max(shape[0] for shape in shapes), max(shape[1] for shape in shapes)]
+    if agreed == mine:
+        return batch, old
+    return to_batch(groups, pad_token_id, max_len, row_multiple, min_len=agreed[0],
+                    min_turns=agreed[1])
+
+
+def process_groups(config: TrainConfig) -> range:
+    """The positions of the step's groups this process rolls out (all, with one process): a
+    group never spans processes, so its statistics stay local.
+
+    Raises:
+      ValueError: the groups do not split evenly over the processes.
+    """
+    processes, me = jax.process_count(), jax.process_index()
+    if config.groups % processes:
+        raise ValueError(f"groups: {config.groups} groups do not split over {processes} "
+                         "processes")
+    share = config.groups // processes
+    return range(me * share, (me + 1) * share)
+
+
+def process_row_multiple(config, mesh) -> int:
+    """What this process's rows are padded to a multiple of: its share of micro-batches x
+    batch shards.
+
+    Raises:
+      ValueError: the batch shards do not split over the processes.
+    """
+    rows, processes = config.learner.micro_batches * batch_shards(mesh), jax.process_count()
+    if rows % processes:
+        raise ValueError(f"mesh: {batch_shards(mesh)} batch shards x {config.learner.micro_batches}"
+                         f" micro-batches do not split over {processes} processes")
+    return rows // processes
 
 
 def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[dict]:
@@ -364,21 +409,21 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
     method, settings = credit.get(config.credit), config.credit_settings()
     host = None if method.host is None else method.host(config.host, settings)
     learner = Learner(cfg, config.learner, build_mesh(config.mesh))
-    row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
+    mine, row_multiple = process_groups(config), process_row_multiple(config, learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, config.credit)
     state = run_dir.state
-    with EnvPool(config.env, config.groups * group_rows(config), config.workers) as pool:
+    with EnvPool(config.env, len(mine) * group_rows(config), config.workers) as pool:
         while int(state.step) < config.steps:
             step = int(state.step)
             laps = Laps()
-            rng, next_key = step_rng(state.rng)
+            rng, next_key = step_rng(state.rng, jax.process_index())
             position = int(state.data_position)
-            chosen = [task_at(tasks, position + g, config.seed) for g in range(config.groups)]
+            chosen = [task_at(tasks, position + g, config.seed) for g in mine]
             policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh), cfg, tokenizer,
                                  system, config.sampling)
             groups, trees = roll_out(config, pool, policy, chosen, rng, step)
-            batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings,
-                                  row_multiple)
+            batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings,
+                                      row_multiple)
             laps.lap("rollout")
             rows, turns = batch.turn_valid.shape
             output = (HostOutput({}, {}, {}) if host is None else
@@ -389,8 +434,8 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             dropped = (None if method.dropped_tokens is None else
                        method.dropped_tokens(batch, output.inputs, settings, old))
             laps.lap("credit")
-            state, metrics = learner.train_step(state, TrainBatch(batch, advantages, old,
-                                                                  dropped=dropped))
+            state, metrics = learner.train_step(state, from_process_local(
+                learner.mesh, TrainBatch(batch, advantages, old, dropped=dropped)))
             state = dataclasses.replace(
                 state, rng=jax.device_put(next_key, state.rng.sharding),
                 data_position=jax.device_put(np.int32(position + config.groups),
@@ -401,13 +446,18 @@ def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, di
             laps.lap("checkpoint")
             evaluation = {}
             if config.eval_every and (step + 1) % config.eval_every == 0:
-                evaluation = held_out(config, pool, to_sampler(state.params, cfg, learner.mesh),
-                                      cfg, tokenizer, env)
+                sampler = to_sampler(state.params, cfg, learner.mesh)
+                if distributed.is_main():  # one process evaluates, with its own copy
+                    evaluation = held_out(config, pool, sampler, cfg, tokenizer, env)
+                del sampler
                 laps.lap("eval")
             episodes = [e for group in groups for e in group]
-            row = {"step": step, **step_metrics(episodes, metrics, output.diagnostics,
-                                                laps.seconds), **evaluation}
-            run_dir.write(row, output.records, reward=f"{row['reward/mean']:.3f}",
+            row = distributed.mean_over_processes({
+                **step_metrics(episodes, metrics, output.diagnostics, laps.seconds),
+                **evaluation})
+            records = merged_records(output.records)
+            row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}
+            run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                           step_s=f"{sum(laps.seconds.values()):.1f}")
     return run_dir.close()
 
@@ -419,6 +469,9 @@ class RunDirectory:
     model's config and tokenizer (`prover_jax.runs`), restores the newest checkpoint (`state`:
     that, or a fresh one from `params`) and drops the JSONL lines of steps after it. Then
     `checkpoint` and `write` once per step, and `close` at the end (plots).
+
+    With several processes every one checkpoints (orbax writes each process's shards; the
+    directory must be shared storage) and only process 0 writes the rest.
     """
 
     def __init__(self, directory: Path, config, learner: Learner, cfg, params, tokenizer, log,
@@ -426,19 +479,23 @@ class RunDirectory:
         check_run_config(directory, config)
         self.checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
         restored = self.checkpoints.restore(learner.abstract_state())
-        write_run_config(directory, config)
-        runs.save_model(directory, cfg, tokenizer)
+        self.main = distributed.is_main()
+        if self.main:
+            write_run_config(directory, config)
+            runs.save_model(directory, cfg, tokenizer)
         self.state = restored or learner.init(params, rng=config.seed)
         done, self.steps = int(self.state.step), config.steps
         if restored is not None and done >= config.steps:
             log(f"nothing to do: {directory} holds step {done} of {config.steps}")
         elif restored is not None:
             log(f"resumed from {directory}: {done} of {config.steps} steps done")
-        for path in directory.glob("*.jsonl"):
+        for path in directory.glob("*.jsonl") if self.main else ():
             keep_steps_before(path, done)
         self.directory, self.log, self.history = directory, log, []
-        self.board = SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
-        self.progress = tqdm.tqdm(total=config.steps, initial=done, unit="step", disable=None,
+        self.board = (SummaryWriter(str(directory / TENSORBOARD), purge_step=done)
+                      if self.main else None)
+        self.progress = tqdm.tqdm(total=config.steps, initial=done, unit="step",
+                                  disable=None if self.main else True,
                                   desc=desc)  # drawn only on a terminal
 
     def checkpoint(self, state, every: int) -> None:
@@ -450,7 +507,11 @@ class RunDirectory:
     def write(self, row: dict, records: Mapping[str, list[dict]] | None = None,
               **postfix: str) -> None:
         """One step's metrics (`metrics.jsonl`, TensorBoard, a log line, the progress bar's
-        `postfix`) and the host side's records (``NAME.jsonl``, with the step)."""
+        `postfix`) and the host side's records (``NAME.jsonl``, with the step); process 0
+        only."""
+        self.history.append(row)
+        if not self.main:
+            return
         step = row["step"]
         append_lines(self.directory / f"{METRICS}.jsonl", [row])
         for name, lines in (records or {}).items():  # e.g. prover_proposals.jsonl
@@ -459,7 +520,6 @@ class RunDirectory:
             if key != "step":
                 self.board.add_scalar(key, value, step)
         self.board.flush()
-        self.history.append(row)
         self.progress.update()
         self.progress.set_postfix(**postfix)
         self.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -469,9 +529,10 @@ class RunDirectory:
         """Closes it, draws the plots if steps ran; the metrics of the steps that ran."""
         self.progress.close()
         self.checkpoints.close()
-        self.board.close()
-        if self.history:
-            plot_run(self.directory)
+        if self.main:
+            self.board.close()
+            if self.history:
+                plot_run(self.directory)
         return self.history
 
 
@@ -494,12 +555,21 @@ def append_lines(path: Path, records: Sequence[dict]) -> None:
         out.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def step_rng(key_data: jax.Array) -> tuple[random.Random, jax.Array]:
-    """One step's host randomness (rollouts, judges, continuations) drawn from the
-    checkpointed key data uint32 [2], and the key data the next step draws from."""
+def step_rng(key_data: jax.Array, process: int = 0) -> tuple[random.Random, jax.Array]:
+    """One step's host randomness (rollouts, judges, continuations) of process `process`, drawn
+    from the checkpointed key data uint32 [2], and the key data the next step draws from."""
     key, step_key = jax.random.split(jax.random.wrap_key_data(key_data))
     seed = int.from_bytes(np.asarray(jax.random.key_data(step_key)).tobytes(), "little")
-    return random.Random(seed), jax.random.key_data(key)
+    return random.Random(seed + (process << 64)), jax.random.key_data(key)
+
+
+def merged_records(records: Mapping[str, list[dict]]) -> dict[str, list[dict]]:
+    """Every process's host-side records of the step, name by name, in process order."""
+    merged: dict[str, list[dict]] = {}
+    for own in distributed.gather_objects(dict(records)):
+        for name, lines in own.items():
+            merged.setdefault(name, []).extend(lines)
+    return merged
 
 
 def task_at(tasks: Sequence, position: int, seed: int):

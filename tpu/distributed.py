@@ -94,3 +94,31 @@ def initialize(config: DistributedConfig = DistributedConfig()) -> bool:
 def is_main() -> bool:
     """Whether this is process 0, the one that writes logs, plots and the run's files."""
     return jax.process_index() == 0
+
+
+def gather_objects(obj) -> list:
+    """Every process's JSON-serialisable `obj`, in process order (each process calls it at the
+    same point). One process: ``[obj]``."""
+    if jax.process_count() == 1:
+        return [obj]
+    import json
+
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+    sizes = multihost_utils.process_allgather(np.array([data.size], np.int64))
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[: data.size] = data
+    gathered = multihost_utils.process_allgather(padded)
+    return [json.loads(bytes(row[: int(size)]).decode())
+            for row, size in zip(gathered, sizes.reshape(-1))]
+
+
+def mean_over_processes(values: dict[str, float]) -> dict[str, float]:
+    """Each key's mean over the processes that report it (each process's own numbers come
+    from the same number of episodes)."""
+    reports = gather_objects(values)
+    keys = dict.fromkeys(k for report in reports for k in report)
+    return {k: sum(r[k] for r in reports if k in r) / sum(k in r for r in reports)
+            for k in keys}

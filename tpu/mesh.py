@@ -143,8 +143,25 @@ def shard_batch(mesh: Mesh, *arrays: np.ndarray) -> tuple[jax.Array, ...]:
 
 def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
     """The params pytree resharded to `SAMPLER_RULES` on `mesh`, device to device (no host
-    copy): weights replicated over the batch axes, split over "model"."""
-    return jax.device_put(params, param_shardings(cfg, mesh, SAMPLER_RULES))
+    copy): weights replicated over the batch axes, split over "model".
+
+    With several processes every process samples its own rollouts, so it gets its own copy:
+    the params come back as single-device arrays on its first device, taken from its shards of
+    the resharded params.
+
+    Raises:
+      ValueError: several processes and a "model" axis > 1 (a process would hold only its
+        slice of the weights).
+    """
+    shardings = param_shardings(cfg, mesh, SAMPLER_RULES)
+    resharded = jax.jit(lambda p: p, out_shardings=shardings)(params)
+    if jax.process_count() == 1:
+        return resharded
+    if mesh.shape["model"] > 1:
+        raise ValueError(f"mesh: with {jax.process_count()} processes each process samples "
+                         f"with a whole copy of the weights, so the model axis must be 1 "
+                         f"(got {mesh.shape['model']})")
+    return jax.tree.map(lambda x: x.addressable_shards[0].data, resharded)
 
 
 def from_process_local(mesh: Mesh, tree):

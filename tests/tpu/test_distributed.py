@@ -3,6 +3,7 @@ rows, train to the params of one process on the whole batch; and the start-up se
 
 from __future__ import annotations
 
+import json
 import pickle
 import socket
 import subprocess
@@ -13,8 +14,12 @@ import jax
 import numpy as np
 import pytest
 
+from prover_jax.evaluate import EvalConfig
+from prover_jax.model_policy import SamplingConfig
+from prover_jax.train import TrainConfig
 from tests.prover_jax.test_learner_step import CFG, FP32, init_params, make_batch, run
 from tpu.distributed import DistributedConfig, from_environment
+from tpu.mesh import MeshConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,6 +66,37 @@ def test_two_processes_train_like_one(tmp_path):
         np.testing.assert_allclose(got[name], np.asarray(x), atol=1e-4, rtol=1e-5)
 
 
+def TRAIN(run_dir: str) -> TrainConfig:
+    """The 2-process trainer test's run: VICT on household-small, 2 groups (one per process)."""
+    return TrainConfig(env="household-small", credit="vict", steps=2, groups=2, group_size=2,
+                       max_actions=2, workers=1, run_dir=run_dir, checkpoint_every=1,
+                       sampling=SamplingConfig(max_new_tokens=4), eval_every=2,
+                       evaluation=EvalConfig(tasks=2, samples=0), mesh=MeshConfig(fsdp=-1))
+
+
+@pytest.mark.slow
+def test_two_processes_run_the_trainer(tmp_path):
+    """Each process rolls out its own group; process 0 alone writes the run's files; the
+    checkpoint both wrote restores in one process to the params they trained."""
+    from prover_jax.learner import Checkpoints, Learner
+    from prover_jax.runs import load
+
+    run_processes("tests.tpu.train_worker", 2, str(tmp_path), timeout=600)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1]  # one line per step, not per process
+    assert rows[0]["episode/count"] == 4 and "eval/greedy/success" in rows[1]
+    assert "credit/vict/abstained" in rows[0]
+    proofs = (tmp_path / "vict_proofs.jsonl").read_text().splitlines()
+    assert {json.loads(line)["step"] for line in proofs} <= {0, 1}
+    cfg, _, _ = load(tmp_path)
+    learner = Learner(cfg, TRAIN(str(tmp_path)).learner)
+    state = Checkpoints(tmp_path / "checkpoints").restore(learner.abstract_state())
+    assert int(state.step) == 2
+    final = np.load(tmp_path / "final.npz")
+    for i, x in enumerate(jax.tree.leaves(state.params)):
+        np.testing.assert_array_equal(final[f"arr_{i}"], np.asarray(x))
+
+
 def test_settings_are_checked():
     assert not DistributedConfig().explicit
     assert from_environment({"PROVER_COORDINATOR": "10.0.0.2:1234", "PROVER_NUM_PROCESSES": "4",
@@ -74,3 +110,11 @@ def test_settings_are_checked():
     with pytest.raises(ValueError, match="PROVER_PROCESS_ID='x' is not an integer"):
         from_environment({"PROVER_COORDINATOR": "h:1", "PROVER_NUM_PROCESSES": "2",
                           "PROVER_PROCESS_ID": "x"})
+
+
+def test_the_entry_point_checks_its_settings(capsys):
+    from tpu import train
+
+    with pytest.raises(SystemExit):
+        train.main(["--coordinator", "127.0.0.1:1", "--steps", "1"])
+    assert "together" in capsys.readouterr().err

@@ -1,0 +1,106 @@
+"""tpu.launch against a stand-in `gcloud` on PATH that records its arguments: the exact
+command sequence of each step, --dry-run runs nothing, and a failing command stops the step."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+import pytest
+
+from tpu import launch
+from tpu.launch.__main__ import main
+
+STAND_IN = """#!{python}
+import json, os, sys
+with open(os.environ["GCLOUD_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+fail = os.environ.get("GCLOUD_FAIL")
+sys.exit(3 if fail and fail in sys.argv[1:] else 0)
+"""
+
+
+@pytest.fixture
+def gcloud(tmp_path, monkeypatch):
+    """The calls the stand-in received, as argument lists."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "gcloud"
+    script.write_text(STAND_IN.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "gcloud.jsonl"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("GCLOUD_LOG", str(log))
+
+    def calls():
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return calls
+
+
+TARGET = ["--name", "rl-1", "--zone", "us-east5-a", "--project", "lab"]
+TPU = ["compute", "tpus", "tpu-vm"]
+WHERE = ["--zone=us-east5-a", "--project=lab"]
+
+
+def test_up_runs_create_install_copy_train_in_order(gcloud, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("steps: 2\n")
+    tarball = tmp_path / "src.tar.gz"
+    target = launch.Target("rl-1", "us-east5-a", project="lab", spot=True, config=str(config),
+                           model="/models/qwen", train_args=("--set", "steps=5"),
+                           tarball=str(tarball))
+    assert launch.execute(launch.up(target), dry_run=False, echo=lambda line: None) == 0
+    assert tarball.stat().st_size > 0  # `git archive` of this checkout ran for real
+    assert gcloud() == [
+        [*TPU, "create", "rl-1", "--accelerator-type=v5litepod-8",
+         "--version=v2-alpha-tpuv5-lite", "--spot", *WHERE],
+        [*TPU, "scp", str(tarball), "rl-1:prover-jax.tar.gz", "--worker=all", *WHERE],
+        [*TPU, "ssh", "rl-1", "--worker=all",
+         ("--command=mkdir -p prover-jax && tar -xzf prover-jax.tar.gz -C prover-jax && "
+         "python3 -m pip install --quiet -e 'prover-jax[tpu]'"), *WHERE],
+        [*TPU, "ssh", "rl-1", "--worker=all", "--command=mkdir -p run", *WHERE],
+        [*TPU, "scp", str(config), "rl-1:run/config.yaml", "--worker=all", *WHERE],
+        [*TPU, "scp", "--recurse", "/models/qwen", "rl-1:run/model", "--worker=all", *WHERE],
+        [*TPU, "ssh", "rl-1", "--worker=all",
+         ("--command=cd ~ && nohup python3 -m tpu.train --config run/config.yaml --run-dir "
+         "run/out --init run/model --set steps=5 > run/train.log 2>&1 < /dev/null &"), *WHERE],
+    ]
+
+
+@pytest.mark.parametrize("step, expected", [
+    ("logs", [[*TPU, "ssh", "rl-1", "--worker=0", "--command=tail -n 200 -f run/train.log",
+               *WHERE]]),
+    ("fetch", [[*TPU, "scp", "--recurse", "rl-1:run/out", "runs/", "--worker=0", *WHERE]]),
+    ("delete", [[*TPU, "delete", "rl-1", "--quiet", *WHERE]]),
+])
+def test_single_command_steps(gcloud, step, expected):
+    assert main([step, *TARGET, "--local-dir", "runs/"]) == 0
+    assert gcloud() == expected
+
+
+def test_dry_run_prints_and_runs_nothing(gcloud, capsys):
+    assert main(["delete", *TARGET, "--dry-run"]) == 0
+    assert gcloud() == []
+    assert capsys.readouterr().out.strip() == (
+        "would run: gcloud compute tpus tpu-vm delete rl-1 --quiet --zone=us-east5-a "
+        "--project=lab")
+
+
+def test_a_failing_step_stops_the_sequence(gcloud, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("GCLOUD_FAIL", "scp")
+    config = tmp_path / "c.yaml"
+    config.write_text("steps: 1\n")
+    assert main(["copy", *TARGET, "--config", str(config)]) == 3
+    assert [call[3] for call in gcloud()] == ["ssh", "scp"]  # no train, no model copy after
+    assert "exited with status 3" in capsys.readouterr().out
+
+
+def test_missing_settings_are_errors(capsys):
+    with pytest.raises(SystemExit):
+        main(["copy", *TARGET])
+    assert "copy: --config is required" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--name is required"):
+        launch.Target("", "z")
