@@ -115,6 +115,44 @@ def test_only_actions_whose_effects_survive_are_witnesses():
     assert vict[1, 6] < 0  # the failure's wrong put still gets the blame
 
 
+def _detour_purchase(env, task):
+    """Search, open a product the expert would not buy, go back, then the expert's purchase:
+    (states, actions, the detour's turn, the bought product's view turn), or None."""
+    env.reset(task)
+    states, actions = [env.snapshot()], []
+
+    def act(action):
+        step = env.step(action)
+        actions.append(action)
+        states.append(env.snapshot())
+        return step
+
+    act(env.expert_action())
+    choice = env.expert_action()
+    others = [a for a in env.admissible() if a.startswith("click[b0") and a != choice]
+    if not others:
+        return None
+    act(others[0])
+    act("click[< prev]")
+    step, viewed = None, None
+    while step is None or not step.done:
+        action = env.expert_action()
+        if action == choice:
+            viewed = len(actions)
+        step = act(action)
+    return (states, actions, 1, viewed) if step.reward == 1.0 and viewed else None
+
+
+def test_only_the_bought_products_page_view_is_a_witness():
+    env = envs.make("webshop")
+    found = next(filter(None, (_detour_purchase(env, t) for t in env.tasks("eval")[:20])))
+    states, actions, detour, viewed = found
+    trace = proof_graph(env.verifier(), states, actions)
+    assert not [e for e in trace.edges if e.turn == detour], trace.edges  # opened, not bought
+    assert {e.relation for e in trace.edges if e.turn == viewed} == {"write"}
+    assert "commit" in {e.relation for e in trace.edges if e.turn == len(actions) - 1}
+
+
 def test_proof_records_explain_every_correction(tmp_path):
     rollouts, group = _egg_group()
     result, inputs, _ = _kernel([rollouts], [group])
