@@ -1,8 +1,10 @@
 """The OpenAI-compatible HTTP application: request validation and response shapes.
 
 Routes: ``POST /v1/chat/completions`` (non-streaming, ``n = 1``) and ``GET /v1/models``. A
-malformed request gets HTTP 400 with an OpenAI-style error object naming the field; a
-:class:`~prover_jax.server.backend.BackendError` gets its own status. The backend runs in a
+malformed request, or one with a parameter outside `PARAMETERS`, gets HTTP 400 with an
+OpenAI-style error object naming the field; a
+:class:`~prover_jax.server.backend.BackendError` gets its own status, any other backend
+exception a 500 with its message. The backend runs in a
 worker thread so that a slow reply never blocks other requests.
 """
 
@@ -29,6 +31,11 @@ from prover_jax.server.backend import (
 )
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+# What a request may set; anything else (logprobs, penalties, response_format, ...) is a 400
+# naming it, rather than silently ignored.
+PARAMETERS = frozenset({"model", "messages", "tools", "tool_choice", "temperature", "top_p",
+                        "max_tokens", "max_completion_tokens", "stop", "seed", "n", "stream",
+                        "user", "parallel_tool_calls"})
 
 
 class RequestError(ValueError):
@@ -47,9 +54,14 @@ def create_app(backend: Backend) -> Starlette:
             reply = await run_in_threadpool(backend.complete, chat)
         except BackendError as e:
             if e.body is not None:
-                return Response(e.body, e.status, media_type=e.content_type)
-            return error_response(e.status, e.message, "server_error" if e.status >= 500
-                                  else "invalid_request_error")
+                return Response(e.body, e.status, media_type=e.content_type, headers=e.headers)
+            response = error_response(e.status, e.message, "server_error" if e.status >= 500
+                                      else "invalid_request_error")
+            response.headers.update(e.headers)
+            return response
+        except Exception as e:  # a backend bug answers this request; the server goes on
+            return error_response(500, f"the backend failed: {type(e).__name__}: {e}",
+                                  "server_error")
         return JSONResponse(completion_body(chat.model, reply))
 
     async def models(request: Request) -> Response:
@@ -68,6 +80,10 @@ def parse_request(body: Any) -> ChatRequest:
     """A ChatRequest from a decoded JSON body; raises RequestError naming the bad field."""
     if not isinstance(body, dict):
         raise RequestError("the body must be a JSON object")
+    unsupported = sorted(set(body) - PARAMETERS)
+    if unsupported:
+        raise RequestError(f"parameter {unsupported[0]!r} is not supported; supported: "
+                           f"{', '.join(sorted(PARAMETERS))}")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RequestError("'model' must be a non-empty string")

@@ -87,16 +87,17 @@ class BackendError(Exception):
     """Answer the request with HTTP ``status``.
 
     ``body`` replaces the OpenAI-style JSON error object with raw text sent as
-    ``content_type`` (to test clients against broken servers).
+    ``content_type`` (to test clients against broken servers); ``headers`` go with either.
     """
 
     def __init__(self, status: int, message: str, body: str | None = None,
-                 content_type: str = "text/plain"):
+                 content_type: str = "text/plain", headers: Mapping[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.body = body
         self.content_type = content_type
+        self.headers = dict(headers or {})  # e.g. Retry-After on a 503
 
 
 class Backend(abc.ABC):
