@@ -295,8 +295,29 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
     """
     env = envs.make(config.env)
     tasks = env.tasks(task_split(env, config.split))
-    with run_or_temporary(config.run_dir, "run-", log) as directory:
-        return _train(config, env, tasks, cfg, params, tokenizer, directory, log)
+    with (run_or_temporary(config.run_dir, "run-", log) as directory,
+          local_judge(config.host, log) as host_options):
+        return _train(config, host_options, env, tasks, cfg, params, tokenizer, directory, log)
+
+
+@contextlib.contextmanager
+def local_judge(options: HostOptions, log) -> Iterator[HostOptions]:
+    """`options`, with the judge and critic pointed at ``options.judge_model`` served on
+    loopback for as long as the context is open (unchanged without a judge model). The
+    endpoint is not part of the run's config, so a resumed run serves it afresh."""
+    if options.judge_model is None:
+        yield options
+        return
+    from prover_jax.server import serve
+    from prover_jax.server.model import ModelBackend
+
+    backend = ModelBackend(options.judge_model)
+    try:
+        with serve(backend) as base_url:
+            log(f"judge model {options.judge_model} served at {base_url}")
+            yield options.served_at(base_url, backend.name)
+    finally:
+        backend.close()
 
 
 @contextlib.contextmanager
@@ -403,11 +424,11 @@ def roll_out(config: TrainConfig, pool: EnvPool, policy: ModelPolicy, tasks: Seq
     return [episodes[g * size:(g + 1) * size] for g in range(len(tasks))], None
 
 
-def _train(config: TrainConfig, env: envs.Env, tasks, cfg, params, tokenizer, directory: Path,
-           log) -> list[dict]:
+def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks, cfg, params,
+           tokenizer, directory: Path, log) -> list[dict]:
     system = env.instruction()
     method, settings = credit.get(config.credit), config.credit_settings()
-    host = None if method.host is None else method.host(config.host, settings)
+    host = None if method.host is None else method.host(host_options, settings)
     learner = Learner(cfg, config.learner, build_mesh(config.mesh))
     mine, row_multiple = process_groups(config), process_row_multiple(config, learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, config.credit)
@@ -603,11 +624,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                "--set. Credit methods: " + ", ".join(trainable_methods()))
     add_arguments(parser, SHORTHANDS, "learner.optimizer.learning_rate=1e-6")
     parser.add_argument("--model", dest="init", metavar="PATH", help="the same as --init")
+    parser.add_argument("--judge", help="ProVer's judge: contrastive, random, agentic, ...")
+    parser.add_argument("--judge-model", metavar="FOLDER",
+                        help="a local model the run serves for the agentic judge and critic")
     parser.add_argument("--match-budget", metavar="RUN_DIR",
                         help="budget-matched-grpo: group sizes that spend what the ProVer run "
                              "in RUN_DIR spent on verification, phase by phase of 10 steps")
     args = parser.parse_args(argv)
     changes = overrides(args, SHORTHANDS)
+    judge_flags = [f"host.{name}={value}" for name, value in (("judge", args.judge),
+                                                             ("judge_model", args.judge_model))
+                   if value is not None]
+    changes[len(changes) - len(args.set):len(changes) - len(args.set)] = judge_flags
     try:
         config = load_config(TrainConfig, args.config, changes)
         if args.match_budget:

@@ -41,6 +41,9 @@ class HostOptions:
       anchor_similarity: GiGPO's anchor matching (None: exact observation text).
       critic_config: CriticSearch's critic fields (`judges.critic.CriticConfig`; the endpoint
         may also come from the environment variables of the LLM settings).
+      judge_model: a local model folder or run directory that the run serves on loopback
+        (`prover_jax.server.model`) for the agentic judge and the critic, unless their
+        configs name another endpoint.
     """
 
     judge: str = "contrastive"
@@ -48,6 +51,17 @@ class HostOptions:
     continuations: int = 4
     anchor_similarity: float | None = None
     critic_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    judge_model: str | None = None
+
+    def served_at(self, base_url: str, model: str) -> HostOptions:
+        """These options with the judge's and critic's endpoint where they name none."""
+        def endpoint(config: Mapping[str, Any]) -> dict[str, Any]:
+            if config.get("base_url"):
+                return dict(config)
+            return {**config, "base_url": base_url, "model": model, "api_key": "unused"}
+
+        return dataclasses.replace(self, judge_config=endpoint(self.judge_config),
+                                   critic_config=endpoint(self.critic_config))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -205,3 +205,30 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_trainer_serves_its_judge_model_for_the_run(folder, tmp_path):
+    """``--judge-model FOLDER``: the run starts the server, the critic labels every group
+    through it (a failed group would count in ``failed_groups``), and it stops with the run; the
+    endpoint is not written into the run's config, so the run resumes."""
+    from prover_jax.train import main
+
+    arguments = ["--env", "household-small", "--credit", "criticsearch", "--steps", "1",
+                 "--groups", "1", "--group-size", "2", "--run-dir", str(tmp_path),
+                 "--judge-model", str(folder), "--set", "max_actions=2",
+                 "--set", "sampling.max_new_tokens=4", "--set", "tiny.vocab_size=256",
+                 "--set", "tiny.hidden_size=32", "--set", "tiny.layers=1",
+                 "--set", "tiny.intermediate_size=64", "--set", "tiny.head_dim=8",
+                 "--set", "tiny.tokenizer_episodes=5",
+                 "--set", "host.critic_config.max_completion_tokens=8"]
+    before = set(threading.enumerate())
+    main(arguments)
+    row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["credit/criticsearch/failed_groups"] == 0
+    stored = json.loads((tmp_path / "config.json").read_text())["host"]
+    assert stored["judge_model"] == str(folder) and "base_url" not in stored["critic_config"]
+    main([*arguments[:5], "2", *arguments[6:]])  # resumes with the same config
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+    serving = [t.name for t in set(threading.enumerate()) - before
+               if t.name.startswith(("openai-server", "model-backend"))]
+    assert not serving  # the server and the backend's worker stopped with the run
