@@ -74,3 +74,13 @@ def test_plan_bench_compares_with_the_compiled_step():
     row = bench.run([setup])[0]
     assert row["xla_mib"] > 0 and 0.5 < row["ratio"] < 2  # the planner within 2x of XLA
     assert "| qwen3 d256 x4, V16000 | data=1,fsdp=8,model=1 | yes |" in bench.table([row])
+
+
+def test_server_bench_runs():
+    bench = load_bench("server")
+    rows = bench.run(requests=4, tokens=4, clients=(1, 2))
+    assert [(r["mode"], r["clients"]) for r in rows] == [
+        ("sequential", 1), ("sequential", 2), ("batched", 1), ("batched", 2)]
+    assert all(r["requests_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0 for r in rows)
+    assert rows[1]["decodes"] == 4 and rows[3]["decodes"] <= 4  # one request a decode, or fewer
+    assert "| 2 | batched |" in bench.table(rows)

@@ -147,6 +147,16 @@ class ModelBackend(Backend):
             raise BackendError(400, f"the chat template cannot render the messages: {e}") from e
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def warm_up(self, request: ChatRequest) -> None:
+        """Compiles the decode of `request`'s prompt and budget bucket at every row bucket up
+        to ``max_batch``, so that serving such requests later compiles nothing."""
+        job = _Job(request, self.prompt_ids(request),
+                   request.max_tokens or self.default_max_tokens, concurrent.futures.Future())
+        rows = 1
+        while rows <= bucket(self.max_batch):
+            self.decode([job] * rows)
+            rows *= 2
+
     def close(self) -> None:
         """Stops the worker after the requests already queued."""
         self._queue.put(None)
