@@ -10,6 +10,7 @@ worker thread so that a slow reply never blocks other requests.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -30,6 +31,7 @@ from prover_jax.server.backend import (
     assistant_message,
 )
 
+DISCONNECT_POLL_S = 0.1  # how often a waiting request checks that its client is still there
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 # What a request may set; anything else (logprobs, penalties, response_format, ...) is a 400
 # naming it, rather than silently ignored.
@@ -51,7 +53,9 @@ def create_app(backend: Backend) -> Starlette:
         except (ValueError, RecursionError) as e:  # RequestError, undecodable JSON or text
             return error_response(400, f"invalid request: {e}")
         try:
-            reply = await run_in_threadpool(backend.complete, chat)
+            reply = await _reply(backend, chat, request)
+            if reply is None:  # the client went away; nobody reads an answer
+                return Response(status_code=499)
         except BackendError as e:
             if e.body is not None:
                 return Response(e.body, e.status, media_type=e.content_type, headers=e.headers)
@@ -74,6 +78,20 @@ def create_app(backend: Backend) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
     ])
+
+
+async def _reply(backend: Backend, chat: ChatRequest, request: Request) -> ChatReply | None:
+    """The backend's reply; None if the client disconnected first (a queued request is then
+    cancelled, freeing its place)."""
+    future = await run_in_threadpool(backend.submit, chat)
+    if future is None:
+        return await run_in_threadpool(backend.complete, chat)
+    waiting = asyncio.wrap_future(future)
+    while not (await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S))[0]:
+        if await request.is_disconnected():
+            future.cancel()
+            return None
+    return waiting.result()
 
 
 def parse_request(body: Any) -> ChatRequest:

@@ -20,6 +20,7 @@ request's parameters and parsing tool calls out of the generated text.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -110,3 +111,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def complete(self, request: ChatRequest) -> ChatReply:
         """The reply to ``request``; raises BackendError to answer with an HTTP error."""
+
+    def submit(self, request: ChatRequest) -> concurrent.futures.Future | None:
+        """For a backend that queues requests: the future of the reply, which the server
+        cancels when the client disconnects. None (the default): the server calls
+        `complete` in a worker thread."""
+        del request
+        return None

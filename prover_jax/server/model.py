@@ -7,10 +7,11 @@ OpenAI tool calls (a reply whose blocks do not parse is returned as text).
 Batching. Requests wait in a bounded queue; one worker thread takes the oldest and every other
 waiting request it can share a `generate` call with (the same temperature and top-p, no seed), up
 to ``max_batch`` rows, so a judge, a critic and several simulated users asking at once are
-answered by one batched decode. A full queue answers 503 with ``Retry-After``. A request with a
-``seed`` runs alone, its key drawn from the seed, so the same request and seed give the same
-reply. Shapes are bucketed (rows and prompt lengths to powers of two, the token budget to the
-next of `TOKEN_BUCKETS`), so a server compiles a handful of programs, not one per request.
+answered by one batched decode. A full queue answers 503 with ``Retry-After``; a client that
+disconnects frees its place at once. A request with a ``seed`` runs alone, its key drawn from
+the seed, so the same request and seed give the same reply. Shapes are bucketed (rows and prompt
+lengths to powers of two, the token budget to the next of `TOKEN_BUCKETS`), so a server compiles
+a handful of programs, not one per request.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class ModelBackend(Backend):
       name: the model name `GET /v1/models` lists (default: the folder's name); requests
         may name any model.
       max_batch: most rows in one `generate` call.
-      queue_capacity: most requests waiting; one more is a 503.
+      queue_capacity: most requests queued or being decoded; one more is a 503.
       default_max_tokens: the budget of a request that sets none.
       context: most prompt + completion tokens (default: the model's positions).
     """
@@ -113,7 +114,8 @@ class ModelBackend(Backend):
         self.stop_ids = jnp.asarray(sorted(i for i in ends if isinstance(i, int) and i >= 0),
                                     jnp.int32)
         self.generate_calls = 0  # batched decodes run so far (for tests and benchmarks)
-        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_capacity)
+        self._slots = threading.Semaphore(queue_capacity)  # requests queued or decoding
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._worker = threading.Thread(target=self._serve, daemon=True, name="model-backend")
         self._worker.start()
 
@@ -121,6 +123,16 @@ class ModelBackend(Backend):
         return [self.name]
 
     def complete(self, request: ChatRequest) -> ChatReply:
+        return self.submit(request).result()
+
+    def submit(self, request: ChatRequest) -> concurrent.futures.Future:
+        """Queues `request`; the future of its ChatReply. Cancelling the future (a client that
+        went away) frees its place in the queue at once and its row is never decoded.
+
+        Raises:
+          BackendError: 400 for a request that cannot fit the context, 503 when the queue is
+            full.
+        """
         job = _Job(request, self.prompt_ids(request),
                    request.max_tokens or self.default_max_tokens, concurrent.futures.Future())
         if job.max_tokens < 1:
@@ -129,12 +141,12 @@ class ModelBackend(Backend):
             raise BackendError(400, f"the prompt ({len(job.prompt)} tokens) and max_tokens "
                                     f"({job.max_tokens}) exceed the context of "
                                     f"{self.context} tokens")
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
+        if not self._slots.acquire(blocking=False):
             raise BackendError(503, "the server is at capacity; retry shortly",
-                               headers={"Retry-After": "1"}) from None
-        return job.reply.result()
+                               headers={"Retry-After": "1"})
+        job.reply.add_done_callback(lambda _: self._slots.release())  # done or cancelled
+        self._queue.put(job)
+        return job.reply
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         """The rendered prompt's token ids, generation prompt included."""
@@ -180,7 +192,9 @@ class ModelBackend(Backend):
                 (jobs if compatible else waiting).append(job)
             for job in waiting:  # back in line, for the next call
                 self._queue.put(job)
-            self._run(jobs)
+            jobs = [job for job in jobs if job.reply.set_running_or_notify_cancel()]
+            if jobs:  # unless every client went away
+                self._run(jobs)
 
     def _run(self, jobs: Sequence[_Job]) -> None:
         try:

@@ -124,23 +124,36 @@ def test_bad_requests_are_400s_naming_the_problem(backend, client):
         ask(client, "hi", temperature="hot")
 
 
-def test_full_queue_is_a_503_with_retry_after_and_a_crash_a_500(folder, monkeypatch):
-    model = ModelBackend(folder, name="tiny", queue_capacity=1)
-    release, decode = threading.Event(), model.decode
-    monkeypatch.setattr(model, "decode", lambda jobs: release.wait(30) and decode(jobs))
+def test_full_queue_is_a_503_a_gone_client_frees_its_place_and_a_crash_is_a_500(
+        folder, monkeypatch):
+    model = ModelBackend(folder, name="tiny", queue_capacity=2)
+    release, decode, decoded = threading.Event(), model.decode, []
+
+    def held(jobs):
+        decoded.extend(job.request.messages[0]["content"] for job in jobs)
+        return release.wait(60) and decode(jobs)
+
+    monkeypatch.setattr(model, "decode", held)
     with serve(model) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        impatient = client.with_options(timeout=1.0)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
             running = pool.submit(ask, client, "first", max_tokens=4)
             time.sleep(0.5)  # the worker holds it
-            waiting = pool.submit(ask, client, "second", max_tokens=4)
-            time.sleep(0.5)  # the queue holds it
+            leaving = pool.submit(ask, impatient, "leaves", max_tokens=4)
+            time.sleep(0.3)  # queued: both places taken
             with pytest.raises(openai.APIStatusError) as full:
                 ask(client, "third", max_tokens=4)
+            with pytest.raises(openai.APITimeoutError):
+                leaving.result()
+            time.sleep(0.5)  # the server notices the client is gone
+            waiting = pool.submit(ask, client, "after", max_tokens=4)  # its place is free
+            time.sleep(0.3)
             release.set()
             assert running.result().choices and waiting.result().choices
         assert full.value.status_code == 503
         assert full.value.response.headers["retry-after"] == "1"
+        assert "leaves" not in decoded and "after" in decoded  # never decoded
         monkeypatch.setattr(model, "decode", lambda jobs: 1 / 0)
         with pytest.raises(openai.InternalServerError, match="the model failed: division"):
             ask(client, "boom", max_tokens=4)
