@@ -28,7 +28,7 @@ from models.qwen import kv_cache
 from models.qwen.sampler import generate
 from prover_jax.judges.agentic import AgenticConfig, AgenticJudge
 from prover_jax.judges.critic import Critic, CriticConfig
-from prover_jax.server import serve
+from prover_jax.server import ChatRequest, serve
 from prover_jax.server.model import ModelBackend, parse_tool_calls
 from prover_jax.train import TinyModel, tiny
 from tests.prover_jax.test_judges import FAILURES, SUCCESS
@@ -107,6 +107,14 @@ def test_concurrent_requests_share_decodes_and_equal_solo_decodes(backend, clien
         assert 1 <= reply.usage.completion_tokens <= 12
         assert reply.choices[0].finish_reason in ("stop", "length")
     assert [m.id for m in client.models.list().data] == ["tiny"]
+
+
+def test_tools_reach_the_template(backend):
+    tool = {"type": "function", "function": {"name": "get_segment", "parameters": {
+        "type": "object", "properties": {"start": {"type": "integer"}}}}}
+    request = ChatRequest("tiny", ({"role": "user", "content": "hi"},), tools=(tool,))
+    text = backend.tokenizer.decode(backend.prompt_ids(request))
+    assert '"name": "get_segment"' in text and text.endswith("<|im_start|>assistant\n")
 
 
 def test_a_seed_gives_the_same_sample(client):
