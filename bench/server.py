@@ -38,8 +38,8 @@ CLIENTS = (1, 8, 32)
 PROMPT = "go to cabinet %d and look around"
 
 
-def make_model(folder: Path) -> None:
-    cfg, params, tokenizer = tiny(envs.make("household-small"), SHAPE)
+def make_model(folder: Path, shape: TinyModel = SHAPE) -> None:
+    cfg, params, tokenizer = tiny(envs.make("household-small"), shape)
     qwen.save(folder, cfg, params)
     tokenizer.save_pretrained(folder)
 
@@ -63,10 +63,11 @@ def load(base_url: str, clients: int, requests: int, tokens: int) -> dict:
             "p95_s": float(np.percentile(latencies, 95))}
 
 
-def run(requests: int = 64, tokens: int = 32, clients=CLIENTS) -> list[dict]:
+def run(requests: int = 64, tokens: int = 32, clients=CLIENTS, shape: TinyModel = SHAPE
+        ) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        make_model(Path(folder))
+        make_model(Path(folder), shape)
         for mode, batch in (("sequential", 1), ("batched", max(clients))):
             backend = ModelBackend(folder, max_batch=batch, queue_capacity=4 * max(clients))
             try:

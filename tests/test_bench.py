@@ -78,7 +78,9 @@ def test_plan_bench_compares_with_the_compiled_step():
 
 def test_server_bench_runs():
     bench = load_bench("server")
-    rows = bench.run(requests=4, tokens=4, clients=(1, 2))
+    shape = bench.TinyModel(vocab_size=256, hidden_size=32, layers=1, intermediate_size=64,
+                            head_dim=8, tokenizer_episodes=5)
+    rows = bench.run(requests=4, tokens=4, clients=(1, 2), shape=shape)
     assert [(r["mode"], r["clients"]) for r in rows] == [
         ("sequential", 1), ("sequential", 2), ("batched", 1), ("batched", 2)]
     assert all(r["requests_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0 for r in rows)

@@ -16,7 +16,7 @@ import pytest
 
 from prover_jax.evaluate import EvalConfig
 from prover_jax.model_policy import SamplingConfig
-from prover_jax.train import TrainConfig
+from prover_jax.train import TinyModel, TrainConfig
 from tests.prover_jax.test_learner_step import CFG, FP32, init_params, make_batch, run
 from tpu.distributed import DistributedConfig, from_environment
 from tpu.mesh import MeshConfig
@@ -71,7 +71,9 @@ def TRAIN(run_dir: str) -> TrainConfig:
     return TrainConfig(env="household-small", credit="vict", steps=2, groups=2, group_size=2,
                        max_actions=2, workers=1, run_dir=run_dir, checkpoint_every=1,
                        sampling=SamplingConfig(max_new_tokens=4), eval_every=2,
-                       evaluation=EvalConfig(tasks=2, samples=0), mesh=MeshConfig(fsdp=-1))
+                       evaluation=EvalConfig(tasks=2, samples=0), mesh=MeshConfig(fsdp=-1),
+                       tiny=TinyModel(vocab_size=256, hidden_size=32, layers=1,
+                                      intermediate_size=64, head_dim=8, tokenizer_episodes=5))
 
 
 @pytest.mark.slow
