@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 
 
 def main(process_id: int, processes: int, port: int, run_dir: str) -> None:
