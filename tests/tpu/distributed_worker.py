@@ -1,6 +1,6 @@
 """One process of the 2-process learner test (`test_distributed.py`): joins the others on
-127.0.0.1, takes its rows of the pickled batches, runs the train steps on the global mesh, and
-process 0 writes the final params.
+127.0.0.1 (one CPU device each), takes its rows of the pickled batches, runs the train steps on
+the global mesh, and process 0 writes the final params.
 
 Usage: python -m tests.tpu.distributed_worker PROCESS_ID PROCESSES PORT BATCHES OUT
 """
@@ -11,7 +11,7 @@ import os
 import pickle
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 
 
 def main(process_id: int, processes: int, port: int, batches_file: str, out: str) -> None:
