@@ -135,12 +135,6 @@ def row_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(*([None] * leading), BATCH_AXES))
 
 
-def shard_batch(mesh: Mesh, *arrays: np.ndarray) -> tuple[jax.Array, ...]:
-    """Places arrays with a leading batch axis B over the batch axes (B divisible by
-    `batch_shards`)."""
-    return tuple(jax.device_put(a, row_sharding(mesh)) for a in arrays)
-
-
 def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
     """The params pytree resharded to `SAMPLER_RULES` on `mesh`, device to device (no host
     copy): weights replicated over the batch axes, split over "model".
@@ -154,13 +148,13 @@ def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
         slice of the weights).
     """
     shardings = param_shardings(cfg, mesh, SAMPLER_RULES)
-    resharded = jax.jit(lambda p: p, out_shardings=shardings)(params)
     if jax.process_count() == 1:
-        return resharded
+        return jax.device_put(params, shardings)  # no copy of what is already in place
     if mesh.shape["model"] > 1:
         raise ValueError(f"mesh: with {jax.process_count()} processes each process samples "
                          f"with a whole copy of the weights, so the model axis must be 1 "
                          f"(got {mesh.shape['model']})")
+    resharded = jax.jit(lambda p: p, out_shardings=shardings)(params)  # a collective
     return jax.tree.map(lambda x: x.addressable_shards[0].data, resharded)
 
 
@@ -169,7 +163,7 @@ def from_process_local(mesh: Mesh, tree):
 
     Each process passes a pytree of its [B_local, ...] arrays (its share of the batch; every
     process the same shapes); the global arrays hold the processes' rows in process order.
-    With one process this places the arrays as `shard_batch` does.
+    With one process this places the arrays over the mesh (B divisible by `batch_shards`).
     """
     sharding = row_sharding(mesh)
     return jax.tree.map(

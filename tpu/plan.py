@@ -193,9 +193,9 @@ def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:
         return 0.0
     gathered = {**sizes, **{a: 1 for a in BATCH_AXES}}
     description = qwen.describe(cfg)
-    head = description["embed"] if cfg.tie_word_embeddings else description["lm_head"]
     embedding = _shard_elements(description["embed"], LEARNER_RULES, gathered)
-    head = _shard_elements(head, LEARNER_RULES, gathered)
+    head = (embedding if cfg.tie_word_embeddings
+            else _shard_elements(description["lm_head"], LEARNER_RULES, gathered))
     untied = 0 if cfg.tie_word_embeddings else head
     layers = param_elements(cfg, LEARNER_RULES, gathered) - embedding - untied
     return 4.0 * (layers / cfg.num_layers + embedding + untied + head)

@@ -111,8 +111,8 @@ class ModelBackend(Backend):
         self.context = context or self.cfg.max_position_embeddings
         self.pad_id = self.tokenizer.pad_token_id or 0
         ends = {self.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
-        self.stop_ids = jnp.asarray(sorted(i for i in ends if isinstance(i, int) and i >= 0),
-                                    jnp.int32)
+        self._stops = {i for i in ends if isinstance(i, int) and i >= 0}
+        self.stop_ids = jnp.asarray(sorted(self._stops), jnp.int32)
         self.generate_calls = 0  # batched decodes run so far (for tests and benchmarks)
         self._slots = threading.Semaphore(queue_capacity)  # requests queued or decoding
         self._queue: queue.Queue[_Job | None] = queue.Queue()
@@ -231,7 +231,7 @@ class ModelBackend(Backend):
 
     def _reply(self, job: _Job, ids: np.ndarray) -> ChatReply:
         ids = ids[: job.max_tokens]
-        stopped = len(ids) > 0 and int(ids[-1]) in set(np.asarray(self.stop_ids).tolist())
+        stopped = len(ids) > 0 and int(ids[-1]) in self._stops
         text = self.tokenizer.decode(ids[:-1] if stopped else ids, skip_special_tokens=False)
         for stop in job.request.stop:
             if stop in text:

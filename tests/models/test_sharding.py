@@ -10,7 +10,7 @@ import pytest
 from models import qwen
 from models.qwen.sharding import describe_placement, param_shardings, spec_for
 from tests.models.budget import Reference
-from tpu.mesh import LEARNER_RULES, SAMPLER_RULES, MeshConfig, build_mesh, shard_batch
+from tpu.mesh import LEARNER_RULES, SAMPLER_RULES, MeshConfig, build_mesh, from_process_local
 
 CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=128, hidden_size=64, intermediate_size=96,
                       num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True)
@@ -48,7 +48,7 @@ def test_sharded_forward_equals_unsharded(setup, rules):
                                           else "(2, 64, 1, 16)")
     assert placement["attn.k"].endswith("(2, 32, 2, 16)" if rules is LEARNER_RULES
                                           else "(2, 64, 2, 16)")  # 2 kv heads: replicated
-    tokens_s, positions_s = shard_batch(mesh, tokens, positions)
+    tokens_s, positions_s = from_process_local(mesh, (tokens, positions))
     logits, _ = jax.jit(qwen.forward, static_argnums=1)(sharded, CFG, tokens_s, positions_s)
     assert len(logits.sharding.device_set) == 8
     reference.assert_logits(np.asarray(logits), tokens)  # as the unsharded logits are
@@ -72,7 +72,7 @@ def test_hybrid_model_sharded_forward_equals_unsharded(tmp_path):
     mesh = build_mesh(MeshConfig(fsdp=2, model=4))
     sharded = jax.device_put(params, param_shardings(cfg, mesh, LEARNER_RULES))
     assert describe_placement(sharded)["linear.z"].endswith("(1, 32, 1, 8)")
-    logits, _ = run(sharded, cfg, *shard_batch(mesh, tokens, positions))
+    logits, _ = run(sharded, cfg, *from_process_local(mesh, (tokens, positions)))
     reference = reference_of(cfg, params, tmp_path)
     reference.assert_logits(np.asarray(expected), tokens)
     reference.assert_logits(np.asarray(logits), tokens)

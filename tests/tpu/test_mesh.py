@@ -17,8 +17,8 @@ from tpu.mesh import (
     MeshConfig,
     batch_shards,
     build_mesh,
+    from_process_local,
     parse,
-    shard_batch,
     to_sampler,
 )
 
@@ -87,7 +87,7 @@ def test_tensor_parallel_greedy_decode_equals_unsharded(name):
     key = "attn.q" if name == "qwen3" else "linear.z"
     assert describe_placement(sharded)[key].split(" / ")[1] != \
         describe_placement(params)[key].split(" / ")[1]  # heads really are split
-    got = greedy(sharded, cfg, *shard_batch(mesh, tokens, positions))
+    got = greedy(sharded, cfg, *from_process_local(mesh, (tokens, positions)))
     np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(expected.tokens))
     np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(expected.logprobs),
                                atol=1e-5)
