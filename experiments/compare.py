@@ -16,22 +16,28 @@
    (``experiments/results/compare.json``), a plot (``docs/results-compare.png``) and the table
    in ``docs/results.md``.
 
-Runs live in ``experiments/runs/`` and resume: a finished run is read, not redone. ``--smoke``
-runs 1-2 steps of everything in a temporary folder and writes no results (CI runs it so the
-script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs nothing and
-summarizes the runs that have finished (each arm lists its seeds).
+Runs live in ``experiments/runs/`` (checkpoints, not committed) and resume. Each finished run
+leaves a record in ``experiments/results/runs/<arm>-seed<seed>/`` (its config and metrics,
+committed), and the SFT run its model as a Hugging Face folder (``sft/model/``) that the arms
+start from. A recorded run is never redone, so a comparison spread over several machines or
+sessions goes on where it stopped, and the summary is made from the records alone.
+``--smoke`` runs 1-2 steps of everything in a temporary folder and writes no results (CI runs
+it so the script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs
+nothing and summarizes the recorded runs (each arm lists its seeds).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
 from prover_jax.plot import read_metrics
 from prover_jax.sft import SftConfig, sft
@@ -40,6 +46,7 @@ from prover_jax.train import TrainConfig, initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "household-small.yaml"
+RECORDS = ROOT / "experiments" / "results" / "runs"
 ARMS: dict[str, list[str]] = {
     "grpo": ["credit=grpo"],
     "prover": ["credit=prover", "host.judge=contrastive"],
@@ -69,30 +76,49 @@ def quiet(line: str) -> None:
     del line
 
 
-def run_sft(directory: Path, overrides: Sequence[str]) -> Path:
-    """The SFT run in `directory` (resumed or read if it is there)."""
-    config = load_config(SftConfig, ROOT / "configs" / "sft" / "household-small.yaml",
-                         [*overrides, f"run_dir={directory}"])
-    sft(config, *initial_model(config), log=quiet)
-    return directory
+def sft_start(base: Path, records: Path, overrides: Sequence[str]) -> Path:
+    """The SFT model every arm starts from: the recorded one, else the SFT run in
+    ``base/sft`` (resumed or read if it is there), recorded with its model exported."""
+    model = records / "sft" / "model"
+    if not (model / "config.json").exists():
+        run = base / "sft"
+        config = load_config(SftConfig, ROOT / "configs" / "sft" / "household-small.yaml",
+                             [*overrides, f"run_dir={run}"])
+        sft(config, *initial_model(config), log=quiet)
+        run_directories.export(run, model)
+        record(run, records / "sft")
+    return model
 
 
-def run_arm(base: Path, start: Path, arm: str, seed: int, overrides: Sequence[str]) -> Path:
-    """One arm and seed from the SFT checkpoint `start`, in ``base/<arm>-seed<seed>`` (resumed
-    or read if it is there). A budget-matched arm needs its reference's run of the seed."""
-    directory = run_path(base, arm, seed)
+def run_arm(base: Path, records: Path, start: Path, arm: str, seed: int,
+            overrides: Sequence[str]) -> Path:
+    """The record of one arm and seed, run (or resumed) in ``base/<arm>-seed<seed>`` from the
+    SFT model `start` unless it is recorded. A budget-matched arm needs the record of its
+    reference's run of the seed."""
+    name = run_name(arm, seed)
+    if finished(records / name):
+        return records / name
+    directory = base / name
     changes = [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}", f"run_dir={directory}"]
     if arm in BUDGET_OF:
-        schedule = budget_schedule_of_run(run_path(base, BUDGET_OF[arm], seed),
+        schedule = budget_schedule_of_run(records / run_name(BUDGET_OF[arm], seed),
                                           load_config(TrainConfig, CONFIG).group_size)
         changes.append(f"credit_config.schedule={json.dumps(schedule)}")
     config = load_config(TrainConfig, CONFIG, changes)
     train(config, *initial_model(config), log=quiet)
-    return directory
+    return record(directory, records / name)
 
 
-def run_path(base: Path, arm: str, seed: int) -> Path:
-    return base / f"{arm}-seed{seed}"
+def record(run_dir: Path, destination: Path) -> Path:
+    """Copies a run's config and metrics (its record) to `destination`; returns it."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "metrics.jsonl"):
+        shutil.copyfile(run_dir / name, destination / name)
+    return destination
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm}-seed{seed}"
 
 
 def finished(run_dir: Path) -> bool:
@@ -194,26 +220,28 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="run nothing: summarize the runs that have finished")
     parser.add_argument("--runs", type=Path, help="where the runs live (default: "
                         "experiments/runs, with --smoke a temporary folder)")
+    parser.add_argument("--records", type=Path, help="where the records live (default: "
+                        "experiments/results/runs, with --smoke RUNS/records)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="compare-") as scratch:
         base = args.runs or (Path(scratch) if args.smoke else ROOT / "experiments" / "runs")
+        records = args.records or (base / "records" if args.smoke else RECORDS)
         arms = [*args.arms, *(BUDGET_OF[a] for a in args.arms
                               if a in BUDGET_OF and BUDGET_OF[a] not in args.arms)]
         runs: dict[str, dict[int, Path]] = {arm: {} for arm in ARMS if arm in arms}
         if args.report:
-            start = base / "sft"
             for seed in args.seeds:
                 for arm in runs:
-                    if finished(run_path(base, arm, seed)):
-                        runs[arm][seed] = run_path(base, arm, seed)
+                    if finished(records / run_name(arm, seed)):
+                        runs[arm][seed] = records / run_name(arm, seed)
             runs = {arm: by_seed for arm, by_seed in runs.items() if by_seed}
         else:
-            start = run_sft(base / "sft", SMOKE_SFT if args.smoke else [])
+            start = sft_start(base, records, SMOKE_SFT if args.smoke else [])
             for seed in args.seeds:  # every arm's seed 0 first: a stopped comparison is one
                 for arm in runs:
-                    runs[arm][seed] = run_arm(base, start, arm, seed,
+                    runs[arm][seed] = run_arm(base, records, start, arm, seed,
                                               SMOKE_RL if args.smoke else [])
-        start_success = read_metrics(start)[-1][SUCCESS]
+        start_success = read_metrics(records / "sft")[-1][SUCCESS]
         summary = summarize(runs, start_success)
     print(table(summary, start_success))
     if not args.smoke:

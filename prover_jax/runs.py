@@ -4,12 +4,15 @@ A run directory of the trainer or of `prover_jax.sft` keeps the model it trains 
 the Hugging Face ``config.json`` and the tokenizer files (with the chat template), but no
 weights; those are in its checkpoints. `load` turns a run directory (its newest checkpoint) or
 a Hugging Face model folder into ``(cfg, params, tokenizer)``, so evaluation, a warm start
-(``--init``) and a user's own code read either the same way.
+(``--init``) and a user's own code read either the same way; `export` writes a run's model as
+such a folder (``python -m prover_jax.runs RUN_DIR FOLDER``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from models import qwen
@@ -62,3 +65,25 @@ def load(path: str | Path):
     if state is None:
         raise FileNotFoundError(f"{path}: the run has no checkpoint yet")
     return cfg, state.params, load_tokenizer(path / MODEL)
+
+
+def export(run_dir: str | Path, folder: str | Path) -> Path:
+    """Writes the newest checkpoint of `run_dir` (float32 weights, config, tokenizer) as a
+    Hugging Face model folder that `load`, ``--init`` and `transformers` read; returns it."""
+    cfg, params, tokenizer = load(run_dir)
+    qwen.save(folder, cfg, params)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="export a run directory's newest checkpoint "
+                                     "as a Hugging Face model folder")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    print(export(args.run_dir, args.folder))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from experiments import compare
@@ -15,7 +17,14 @@ def test_the_comparison_runs_and_reports_what_finished(capsys, tmp_path):
                   "--arms", "grpo-budget-matched"])
     table = capsys.readouterr().out
     assert "| prover | 1 |" in table and "| grpo-budget-matched | 1 |" in table
-    (tmp_path / "grpo-budget-matched-seed0" / "metrics.jsonl").unlink()  # as if never run
+    records = tmp_path / "records"
+    assert (records / "sft" / "model" / "model.safetensors").exists()
+    for run in ("sft", "prover-seed0", "grpo-budget-matched-seed0"):  # the records are enough
+        shutil.rmtree(tmp_path / run)
+    compare.main(["--smoke", "--runs", str(tmp_path), "--seeds", "0",
+                  "--arms", "grpo-budget-matched"])
+    assert capsys.readouterr().out == table and not (tmp_path / "prover-seed0").exists()
+    (records / "grpo-budget-matched-seed0" / "metrics.jsonl").unlink()  # as if never run
     compare.main(["--smoke", "--report", "--runs", str(tmp_path), "--seeds", "0", "1"])
     table = capsys.readouterr().out
     assert "| prover | 1 |" in table and "grpo-budget-matched" not in table

@@ -99,6 +99,11 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(loaded),
                                                         jax.tree.leaves(params)))
     assert runs.is_run(tmp_path)
+    runs.main([str(tmp_path), str(tmp_path / "exported")])  # the same model, as a model folder
+    exported_cfg, exported, exported_tokenizer = runs.load(tmp_path / "exported")
+    assert exported_cfg == cfg and exported_tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(exported),
+                                                    jax.tree.leaves(loaded)))
     evaluate.main([str(tmp_path), "--tasks", "2", "--samples", "2", "--max-actions", "2",
                    "--max-new-tokens", "4", "--workers", "1", "--out", str(tmp_path / "e.json")])
     report = json.loads((tmp_path / "e.json").read_text())
