@@ -11,12 +11,13 @@ atoms into statuses ``z[t, j]``. Action ``t`` gets an edge to atom ``j`` when it
 
 Write, commit and violation edges weigh 1. Only actions whose effect survives into the final
 state are witnesses: a write edge needs a variable the action changed and no later action
-changed again, and of an atom's commits only the last one counts (a goal object put down and
-taken again, or an earlier purchase attempt, is a detour). Reveal edges count only when a later
-witness write or commit of the same atom exists (they lie on its support path); those share a
-total weight of 1. A reveal whose own writes to the atom's variables were all undone later is
-off that path (the first product page opened, when another one is bought, made the product
-atoms evaluable about a product the final state no longer reads).
+changed again, of an atom's commits only the last one counts (a goal object put down and
+taken again, or an earlier purchase attempt, is a detour), and a violation edge needs the atom
+still VIOL at the end (a wrong placement undone is a detour too). Reveal edges count only when
+a later witness write or commit of the same atom exists (they lie on its support path); those
+share a total weight of 1. A reveal whose own writes to the atom's variables were all undone
+later is off that path (the first product page opened, when another one is bought, made the
+product atoms evaluable about a product the final state no longer reads).
 A terminal atom (``Kind.TERMINAL``, decidable only when the episode ends, such as tau's turn
 limit) has no reliable writer, so it gets no edge: the action that happens to be last does not
 own it, and a core marginal on it abstains as ``terminal-only`` (the paper's rule, §3.3).
@@ -106,8 +107,9 @@ def proof_graph(verifier: Verifier, states: Sequence[Hashable], actions: Sequenc
         writer = np.array([atom.kind != Kind.TERMINAL for atom in atoms], bool)
         surviving = _last(changed) @ reads
         overwritten = writes & ~surviving  # e.g. a product page viewed before the one bought
+        standing = _last(violations) & (statuses[-1] == viol)
         edges = _witness_edges(surviving & writer, reveals & ~overwritten & writer,
-                               _last(commits) & writer, violations & writer)
+                               _last(commits) & writer, standing & writer)
     elif rule == "commit-only":
         edges = [Edge(t, j, "commit", 1.0) for t, j in zip(*np.nonzero(commits))]
     elif rule == "temporal-nearest":

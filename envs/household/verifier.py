@@ -2,21 +2,28 @@
 
 For the place tasks (pick, clean, heat, cool) the atoms are a chain:
 
-    acquired  ──►  transformed (clean/heat/cool only)  ──►  placed
+    found  ──►  acquired  ──►  transformed (clean/heat/cool only)  ──►  placed
 
-``acquired``: some goal object has been picked up; UNK until one has been *seen* (an
-observation listed it), so the action that revealed it gets a reveal edge. Seeing is the
-atom's evaluability condition, not one of its state variables: looking at more eggs is not a
-write. ``transformed``:
+``found``: some goal object has been seen, i.e. the receptacle holding it was found (and
+opened, if it is closed); the action whose observation first listed one writes it, and more
+sightings are not writes. ``acquired``: some goal object has been picked up. ``transformed``:
 some goal object is clean / hot / cold. ``placed``: some goal object sits in a target
-receptacle with the transformation; committed by putting a goal object down anywhere.
-Pick-two doubles the chain (``acquired_2`` and ``placed_2`` count two distinct objects). Look
-tasks are ``acquired``, ``lit`` (a lamp is on; UNK until a lamp was seen) and ``in_light``
-(holding a goal object next to a lit lamp; committed by ``use``).
+receptacle with the transformation; committed by putting a goal object down anywhere. It is
+VIOL rather than UNSAT while the target holds a wrong placement instead: a goal object without
+its transformation (premature placement) or another object the agent put there (wrong object).
+The action that made it VIOL gets a violation edge if the violation is still there at the end.
+Pick-two doubles the chain (``acquired_2`` and ``placed_2`` count two distinct objects;
+``acquired_2`` is UNK until a second goal object has been seen, so the action that showed it
+gets a reveal edge). Look tasks are ``found``, ``acquired``, ``lit`` (a lamp is on; UNK until a
+lamp was seen) and ``in_light`` (holding a goal object next to a lit lamp; committed by
+``use``).
 
-The aggregator is the conjunction of all atoms, which is exactly ALFWorld's goal check
-(``envs.household.env.goal_reached``, separate code) on every reachable state and on the
-mutations below.
+These are the ALFWorld families of the VICT paper (Table 10): target object identity and
+receptacle found (``found``), object held (``acquired``), transformation, final placement,
+second-object requirement (``acquired_2``, ``placed_2``), and the wrong-object or
+premature-placement violation (``placed`` VIOL). The aggregator is the conjunction of all
+atoms, which is exactly ALFWorld's goal check (``envs.household.env.goal_reached``, separate
+code) on every reachable state and on the mutations below.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from envs.household.env import HELD, NOBODY, State, goal_reached, parse
 from envs.household.world import APPLIANCE, World
 from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier, check_atoms
 
-SAT, UNSAT, UNK = Status.SAT, Status.UNSAT, Status.UNK
+SAT, UNSAT, UNK, VIOL = Status.SAT, Status.UNSAT, Status.UNK, Status.VIOL
 _FLAG = {"heat": "hot", "cool": "cold", "clean": "clean"}
 
 
@@ -42,6 +49,8 @@ class HouseholdVerifier(Verifier):
         self.world = world
         self.goal_mask = world.mask(world.goal_type)
         self.target_mask = world.receptacle_mask(world.target_type) if world.target_type else 0
+        self.started_in_target = sum(1 << o for o, r in enumerate(world.start)
+                                     if self.target_mask >> r & 1)
         self.atoms = self._atoms()
         check_atoms(self.atoms)
 
@@ -49,58 +58,63 @@ class HouseholdVerifier(Verifier):
         w = self.world
         goal, target, task_type = w.goal_type, w.target_type, w.task_type
         source = "ALFWorld goal check"
+        found = Atom(f"found:{goal}", Kind.EVIDENCE, Role.PREREQUISITE, "found", ("found",),
+                     irreversible=True, source=source,
+                     description=f"a {goal} has been seen (its receptacle found)")
         acquired = Atom(f"acquired:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                        ("taken",), (), irreversible=True, source=source,
+                        ("taken",), (0,), irreversible=True, source=source,
                         description=f"a {goal} has been picked up")
         if task_type == "look":
             return (
-                acquired,
+                found, acquired,
                 Atom("lit:desklamp", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",),
                      (), source=source, description="a desklamp is on"),
                 Atom(f"in_light:{goal}", Kind.COMMIT, Role.HARD, "in_light",
-                     ("held", "lamp_here"), (0, 1), source=source,
+                     ("held", "lamp_here"), (1, 2), source=source,
                      description=f"holding a {goal} next to a lit desklamp"),
             )
         placed_vars = ("placed", "flag") if task_type in _FLAG else ("placed",)
         if task_type == "pick2":
             return (
-                acquired,
+                found, acquired,
                 Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
-                     (0,), source=source, description=f"a {goal} is in a {target}"),
+                     (1,), source=source, description=f"a {goal} is in a {target}"),
                 Atom(f"acquired_2:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                     ("taken",), (0,), irreversible=True, source=source,
+                     ("taken",), (1,), irreversible=True, source=source,
                      description=f"two {goal}s have been picked up"),
                 Atom(f"placed_2:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
-                     (1, 2), source=source, description=f"two {goal}s are in a {target}"),
+                     (2, 3), source=source, description=f"two {goal}s are in a {target}"),
             )
-        if task_type == "pick":
-            placed_parents: tuple[int, ...] = (0,)
-            chain = [acquired]
-        else:
+        chain = [found, acquired]
+        if task_type != "pick":
             flag = _FLAG[task_type]
-            chain = [acquired, Atom(f"{flag}:{goal}", Kind.STATE, Role.PREREQUISITE,
-                                    "transformed", ("flag",), (0,), source=source,
-                                    description=f"a {goal} is {flag} "
-                                                f"({task_type} with {APPLIANCE[task_type]})")]
-            placed_parents = (1,)
+            chain.append(Atom(f"{flag}:{goal}", Kind.STATE, Role.PREREQUISITE, "transformed",
+                              ("flag",), (1,), source=source,
+                              description=f"a {goal} is {flag} "
+                                          f"({task_type} with {APPLIANCE[task_type]})"))
         chain.append(Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed",
-                          placed_vars, placed_parents, source=source,
+                          placed_vars, (len(chain) - 1,), source=source,
                           description=f"a {flag_word(task_type)}{goal} is in a {target}"))
         return tuple(chain)
 
     def evidence(self, state: State) -> dict[str, int]:
         """Φ: bitmasks over goal objects (and lamps), plus what look tasks read."""
         w, goal = self.world, self.goal_mask
-        placed = 0
+        in_target = 0
         for o, r in enumerate(state.object_location):
-            if goal >> o & 1 and r != HELD and self.target_mask >> r & 1:
-                placed |= 1 << o
+            if r != HELD and self.target_mask >> r & 1:
+                in_target |= 1 << o
         flags = {"heat": state.hot, "cool": state.cold, "clean": state.clean}
+        flag = flags.get(w.task_type, goal) & goal
         evidence = {
             "seen": state.seen & goal,
+            "found": int(state.seen & goal != 0),
             "taken": state.taken & goal,
-            "placed": placed,
-            "flag": flags.get(w.task_type, goal) & goal,
+            "placed": in_target & goal,
+            "flag": flag,
+            # put there by the agent: a goal object without its transformation, or another one
+            "misplaced": (in_target & state.taken & ~flag & ~self.started_in_target
+                          if w.task_type != "look" else 0),
         }
         if w.task_type == "look":
             lamps = w.lamps
@@ -116,17 +130,21 @@ class HouseholdVerifier(Verifier):
 
     def evaluate(self, evidence: Mapping[str, int]) -> tuple[Status, ...]:
         task_type = self.world.task_type
-        acquired = _acquired(evidence, 1)
+        found = SAT if evidence["found"] else UNSAT
+        acquired = _at_least(_bits(evidence["taken"]), 1)
         if task_type == "look":
             lit = UNK if not evidence["seen_lamp"] else SAT if evidence["lit"] else UNSAT
             in_light = evidence["held"] != NOBODY and evidence["lamp_here"] != 0
-            return acquired, lit, SAT if in_light else UNSAT
+            return found, acquired, lit, SAT if in_light else UNSAT
         placed = _bits(evidence["placed"] & evidence["flag"])
+        misplaced = evidence["misplaced"] != 0
         if task_type == "pick2":
-            return (acquired, _at_least(placed, 1), _acquired(evidence, 2), _at_least(placed, 2))
+            return (found, acquired, _placed(placed, 1, misplaced), _acquired(evidence, 2),
+                    _placed(placed, 2, misplaced))
         if task_type == "pick":
-            return acquired, _at_least(placed, 1)
-        return acquired, _at_least(_bits(evidence["flag"]), 1), _at_least(placed, 1)
+            return found, acquired, _placed(placed, 1, misplaced)
+        return (found, acquired, _at_least(_bits(evidence["flag"]), 1),
+                _placed(placed, 1, misplaced))
 
     def aggregate(self, statuses: Sequence[Status]) -> float:
         """1 when every atom is satisfied, else 0 (ALFWorld's goal is a conjunction)."""
@@ -139,7 +157,7 @@ class HouseholdVerifier(Verifier):
             return frozenset()
         verb, first, _ = parsed
         if self.world.task_type == "look":
-            return frozenset({2}) if verb == "use" else frozenset()
+            return frozenset({3}) if verb == "use" else frozenset()
         if verb != "put" or not self.goal_mask >> first & 1:
             return frozenset()
         return frozenset(j for j, atom in enumerate(self.atoms) if atom.kind == Kind.COMMIT)
@@ -148,7 +166,8 @@ class HouseholdVerifier(Verifier):
         return float(goal_reached(self.world, state))
 
     def mutations(self, state: State) -> list[Mutation]:
-        """Wrong receptacle, transformation removed, object swapped, second object dropped."""
+        """Wrong receptacle, transformation removed (a premature placement), object swapped
+        (a wrong object placed), second object dropped, target never found."""
         w = self.world
         out = []
 
@@ -162,8 +181,8 @@ class HouseholdVerifier(Verifier):
         placed = [o for o, r in enumerate(state.object_location)
                   if self.goal_mask >> o & 1 and r != HELD and self.target_mask >> r & 1]
         elsewhere = [r for r, t in enumerate(w.receptacle_types) if t != w.target_type]
-        others = [o for o in range(len(w.objects))
-                  if not (self.goal_mask | w.lamps) >> o & 1 and o != state.held]
+        others = [o for o in range(len(w.objects)) if o != state.held
+                  and not (self.goal_mask | w.lamps | self.started_in_target) >> o & 1]
         if placed and elsewhere:
             moved("wrong receptacle", "placed", {o: elsewhere[0] for o in placed})
         if w.task_type in _FLAG:
@@ -172,9 +191,14 @@ class HouseholdVerifier(Verifier):
                   **{flag: getattr(state, flag) & ~self.goal_mask})
         if placed and others:
             swap = {o: w.start[o] for o in placed}
-            moved("object swapped", "placed", {**swap, others[0]: state.object_location[placed[0]]})
+            moved("object swapped", "placed", {**swap, others[0]: state.object_location[placed[0]]},
+                  taken=state.taken | 1 << others[0])
         if w.task_type == "pick2" and placed:
             moved("second object dropped", "placed", {placed[-1]: w.start[placed[-1]]})
+        goals = [o for o in range(len(w.objects)) if self.goal_mask >> o & 1]
+        moved("target never found", "found", {o: w.start[o] for o in goals},
+              seen=state.seen & ~self.goal_mask, taken=state.taken & ~self.goal_mask,
+              held=NOBODY if state.held in goals else state.held)
         if w.task_type == "look":
             moved("lamp off", "lit", {}, lit=0)
             if state.held != NOBODY:
@@ -189,6 +213,11 @@ def flag_word(task_type: str) -> str:
 
 def _at_least(count: int, n: int) -> Status:
     return SAT if count >= n else UNSAT
+
+
+def _placed(count: int, n: int, misplaced: bool) -> Status:
+    """SAT with `n` goal objects placed; else VIOL if a wrong placement is there."""
+    return SAT if count >= n else VIOL if misplaced else UNSAT
 
 
 def _acquired(evidence: Mapping[str, int], n: int) -> Status:

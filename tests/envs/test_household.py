@@ -13,7 +13,7 @@ from envs.household.verifier import HouseholdVerifier
 from envs.household.world import TASK_TYPES, World
 from envs.verifier import Status
 
-SAT, UNSAT, UNK = Status.SAT, Status.UNSAT, Status.UNK
+SAT, UNSAT, UNK, VIOL = Status.SAT, Status.UNSAT, Status.UNK, Status.VIOL
 
 # A hand-built kitchen: egg 1 in the closed fridge, egg 2 in the cabinet.
 KITCHEN = World(
@@ -147,30 +147,53 @@ def test_expert_solves_every_task_type():
 def test_egg_atoms_along_success_and_wrong_placement():
     verifier = HouseholdVerifier(KITCHEN)
     assert [a.id for a in verifier.atoms] == [
-        "acquired:egg", "hot:egg", "placed:egg:countertop"]
-    assert [a.parents for a in verifier.atoms] == [(), (0,), (1,)]
+        "found:egg", "acquired:egg", "hot:egg", "placed:egg:countertop"]
+    assert [a.parents for a in verifier.atoms] == [(), (0,), (1,), (2,)]
     states, _ = _run(KITCHEN, [a for a, _ in HEAT_EGG])
     statuses = [verifier.statuses(s) for s in states]
     assert statuses == [
-        (UNK, UNSAT, UNSAT),  # start
-        (UNK, UNSAT, UNSAT),  # at the closed fridge: no egg seen yet
-        (UNSAT, UNSAT, UNSAT),  # opening it reveals egg 1
-        (SAT, UNSAT, UNSAT),  # took it
-        (SAT, UNSAT, UNSAT),
-        (SAT, SAT, UNSAT),  # heated
-        (SAT, SAT, UNSAT),
-        (SAT, SAT, SAT),  # placed
+        (UNSAT, UNSAT, UNSAT, UNSAT),  # start
+        (UNSAT, UNSAT, UNSAT, UNSAT),  # at the closed fridge: no egg seen yet
+        (SAT, UNSAT, UNSAT, UNSAT),  # opening it reveals egg 1
+        (SAT, SAT, UNSAT, UNSAT),  # took it
+        (SAT, SAT, UNSAT, UNSAT),
+        (SAT, SAT, SAT, UNSAT),  # heated
+        (SAT, SAT, SAT, UNSAT),
+        (SAT, SAT, SAT, SAT),  # placed
     ]
     assert verifier.aggregate(statuses[-1]) == verifier.score(states[-1]) == 1.0
-    assert verifier.commits("put egg 1 in/on countertop 1") == frozenset({2})
-    assert verifier.commits("put egg 2 in/on diningtable 1") == frozenset({2})
+    assert verifier.commits("put egg 1 in/on countertop 1") == frozenset({3})
+    assert verifier.commits("put egg 2 in/on diningtable 1") == frozenset({3})
     assert verifier.commits("put apple 1 in/on countertop 1") == frozenset()
     assert verifier.commits("take egg 1 from fridge 1") == frozenset()
     # The failed rollout puts the hot egg on the dining table.
     wrong = [a for a, _ in HEAT_EGG[:5]] + ["go to diningtable 1", "put egg 1 in/on diningtable 1"]
     states, _ = _run(KITCHEN, wrong)
-    assert verifier.statuses(states[-1]) == (SAT, SAT, UNSAT)
+    assert verifier.statuses(states[-1]) == (SAT, SAT, SAT, UNSAT)
     assert verifier.aggregate(verifier.statuses(states[-1])) == verifier.score(states[-1]) == 0.0
+
+
+@pytest.mark.parametrize(("actions", "final"), [
+    # premature placement: the egg is put on the target before it is heated
+    ([a for a, _ in HEAT_EGG[:3]] + ["go to countertop 1", "put egg 1 in/on countertop 1"],
+     (SAT, SAT, UNSAT, VIOL)),
+    # wrong object: the mug is put on the target
+    (["go to diningtable 1", "take mug 1 from diningtable 1", "go to countertop 1",
+      "put mug 1 in/on countertop 1"], (UNSAT, UNSAT, UNSAT, VIOL)),
+    # the apple that was on the target from the start is taken and put back: no violation
+    (["go to countertop 1", "take apple 1 from countertop 1", "put apple 1 in/on countertop 1"],
+     (UNSAT, UNSAT, UNSAT, UNSAT)),
+    # a premature placement undone: the egg is taken back, then heated and placed
+    ([a for a, _ in HEAT_EGG[:3]] + ["go to countertop 1", "put egg 1 in/on countertop 1",
+                                     "take egg 1 from countertop 1", "go to microwave 1",
+                                     "heat egg 1 with microwave 1", "go to countertop 1",
+                                     "put egg 1 in/on countertop 1"], (SAT, SAT, SAT, SAT)),
+])
+def test_wrong_placements_violate_the_placement(actions, final):
+    verifier = HouseholdVerifier(KITCHEN)
+    states, _ = _run(KITCHEN, actions)
+    assert verifier.statuses(states[-1]) == final
+    assert verifier.aggregate(final) == verifier.score(states[-1])
 
 
 def test_egg_mutations_break_the_goal_the_way_they_say():
@@ -178,10 +201,13 @@ def test_egg_mutations_break_the_goal_the_way_they_say():
     states, _ = _run(KITCHEN, [a for a, _ in HEAT_EGG])
     mutations = {m.name: verifier.statuses(m.state) for m in verifier.mutations(states[-1])}
     assert mutations == {
-        "wrong receptacle": (SAT, SAT, UNSAT),
-        "transformation removed": (SAT, UNSAT, UNSAT),
-        "object swapped": (SAT, SAT, UNSAT),
+        "wrong receptacle": (SAT, SAT, SAT, UNSAT),
+        "transformation removed": (SAT, SAT, UNSAT, VIOL),  # a premature placement
+        "object swapped": (SAT, SAT, SAT, VIOL),  # a wrong object placed
+        "target never found": (UNSAT, UNSAT, SAT, UNSAT),
     }
+    for m in verifier.mutations(states[-1]):
+        assert verifier.aggregate(verifier.statuses(m.state)) == verifier.score(m.state) == 0.0
 
 
 def test_pick_two_and_look_atoms():
@@ -200,9 +226,9 @@ def test_pick_two_and_look_atoms():
         assert all(s == SAT for s in verifier.statuses(final))
         names = {m.name for m in verifier.mutations(final)}
         if world.task_type == "pick2":
-            assert len(verifier.atoms) == 4 and "second object dropped" in names
+            assert len(verifier.atoms) == 5 and "second object dropped" in names
         else:
-            assert [a.family for a in verifier.atoms] == ["acquired", "lit", "in_light"]
+            assert [a.family for a in verifier.atoms] == ["found", "acquired", "lit", "in_light"]
             assert "lamp off" in names
     assert seen == {"pick2", "look"}
 

@@ -76,16 +76,18 @@ def test_egg_example_of_the_spec():
     rollouts, group = _egg_group()
     result, inputs, _ = _kernel([rollouts], [group])
     vict = np.asarray(result.corrections)
-    take, heat, put = 2, 4, 6
-    for success in (0, 2):  # take, heat and place are credited; walking is not
-        assert vict[success, take] > 0 and vict[success, heat] > 0 and vict[success, put] > 0
+    found, take, heat, put = 1, 2, 4, 6
+    for success in (0, 2):  # finding, take, heat and place are credited; walking is not
+        assert vict[success, found] > 0 and vict[success, take] > 0
+        assert vict[success, heat] > 0 and vict[success, put] > 0
         assert vict[success, 0] == vict[success, 3] == vict[success, 5] == 0
-    for failure in (1, 3):  # take and heat positive, the wrong put negative
-        assert vict[failure, take] > 0 and vict[failure, heat] > 0 and vict[failure, put] < 0
+    for failure in (1, 3):  # finding, take and heat positive, the wrong put negative
+        assert vict[failure, found] > 0 and vict[failure, take] > 0 and vict[failure, heat] > 0
+        assert vict[failure, put] < 0
     failure = group.attributions[1]
-    assert failure.core == {2} and failure.prerequisites == {0, 1}
-    # Opening the fridge revealed the egg that was then taken: a reveal edge on its path.
-    assert group.traces[0].omega[1, 0] == pytest.approx(1.0)
+    assert failure.core == {3} and failure.prerequisites == {0, 1, 2}
+    # Opening the fridge found the egg: a write of `found`.
+    assert group.traces[0].omega[1].tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0])
     assert int(eligibility_violations(result.corrections, result.normalised.values,
                                       inputs["eligible"], inputs["omega"])) == 0
 
@@ -281,8 +283,8 @@ def test_ablations_produce_valid_kernel_inputs(credit):
         again = _egg_group(VictHostConfig(credit=credit))[1]
         np.testing.assert_array_equal(group.omega, again.omega)
     elif credit == "no-core":
-        assert group.attributions[1].core == {2}  # the only unsatisfied atom
-        assert group.attributions[0].core == {0, 1, 2}
+        assert group.attributions[1].core == {3}  # the only unsatisfied atom
+        assert group.attributions[0].core == {0, 1, 2, 3}
     elif credit == "dense-atom-reward":
         assert (group.marginals >= 0).all()
         assert group.omega[1, 6].sum() == 0  # the wrong put improved nothing
@@ -298,8 +300,8 @@ def test_trace_statuses_and_edges_of_the_egg():
     verifier = HouseholdVerifier(KITCHEN)
     trace = proof_graph(verifier, _rollout(SUCCESS, 1.0).states, SUCCESS)
     edges = {(e.turn, e.atom, e.relation) for e in trace.edges}
-    assert edges == {(1, 0, "reveal"), (2, 0, "write"), (4, 1, "write"), (4, 2, "write"),
-                     (6, 2, "write"), (6, 2, "commit")}
+    assert edges == {(1, 0, "write"), (2, 1, "write"), (4, 2, "write"),
+                     (4, 3, "write"), (6, 3, "write"), (6, 3, "commit")}
     with pytest.raises(ValueError, match="one more snapshot"):
         proof_graph(verifier, _rollout(SUCCESS, 1.0).states[:-1], SUCCESS)
 
@@ -349,3 +351,38 @@ def test_a_turn_limit_failure_abstains_as_terminal_only():
     group = credit_group(verifier, [stalled, looked_up], [-1.0, -1.0])
     assert np.all(group.marginals[:, limit] < 0) and not group.omega[:, :, limit].any()
     assert group.atom_reasons[0, limit] == group.atom_reasons[1, limit] == "terminal-only"
+
+
+# The VICT paper's ALFWorld cases (Tables 13 and 14) in the hand-built kitchen.
+SEARCHED = ["go to microwave 1", "open microwave 1", "go to fridge 1", "open fridge 1",
+            "take egg 1 from fridge 1", "go to microwave 1", "heat egg 1 with microwave 1",
+            "go to countertop 1", "put egg 1 in/on countertop 1"]
+LOOPED = ["go to fridge 1", "open fridge 1", "take egg 1 from fridge 1", "look",
+          "go to cabinet 1", "open cabinet 1", "close cabinet 1", "look", "go to microwave 1",
+          "heat egg 1 with microwave 1", "go to countertop 1", "put egg 1 in/on countertop 1"]
+WRONG_OBJECT = ["go to diningtable 1", "take mug 1 from diningtable 1", "go to countertop 1",
+                "put mug 1 in/on countertop 1"]
+PREMATURE = SUCCESS[:3] + ["go to countertop 1", "put egg 1 in/on countertop 1"]
+
+
+def test_the_papers_alfworld_cases():
+    rollouts = [_rollout(SEARCHED, 1.0), _rollout(LOOPED, 1.0), _rollout(WRONG_OBJECT, 0.0),
+                _rollout(PREMATURE, 0.0)]
+    base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]), jnp.zeros(4, jnp.int32)))
+    group = credit_group(HouseholdVerifier(KITCHEN), rollouts, base)
+    vict = np.asarray(_kernel([rollouts], [group])[0].corrections)
+
+    def signs(row):
+        return np.sign(vict[row, :len(rollouts[row].actions)]).astype(int).tolist()
+
+    # Table 13: the empty microwave opened first is search without a core atom (0); opening
+    # the fridge finds the egg, then take, heat and the final put are credited; walking is not.
+    assert signs(0) == [0, 0, 0, 1, 1, 0, 1, 0, 1]
+    # Table 14: looks and container openings after the egg is held earn nothing.
+    assert signs(1) == [0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1]
+    # Table 14: a wrong object put on the target is the violation that gets the blame.
+    assert signs(2) == [0, 0, 0, -1]
+    assert [e.relation for e in group.traces[2].edges] == ["violation"]
+    # A premature placement left in place: finding and taking the egg keep positive credit, the
+    # put of the unheated egg is negative.
+    assert signs(3) == [0, 1, 1, 0, -1]
