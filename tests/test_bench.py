@@ -86,3 +86,12 @@ def test_server_bench_runs():
     assert all(r["requests_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0 for r in rows)
     assert rows[1]["decodes"] == 4 and rows[3]["decodes"] <= 4  # one request a decode, or fewer
     assert "| 2 | batched |" in bench.table(rows)
+
+
+def test_vict_diagnostics_bench_runs():
+    bench = load_bench("vict_diagnostics")
+    row = bench.measure("household", groups=2, epsilon=0.9)
+    assert row["reconstruction"] == row["mutation"] == row["eligibility"] == 100.0
+    assert row["atoms"] >= 3 and 0 <= row["sparsity"] <= 100 and 0 <= row["trigger"] <= 100
+    lines = bench.tables([row]).splitlines()
+    assert "| ALFWorld (paper) | | | 5.8 |" in lines[4] and lines[5].startswith("| household |")

@@ -136,9 +136,12 @@ def greedy_generators(game: Game, rho: float, budget: int
                       ) -> tuple[tuple[int, ...], float, str | None, bool]:
     """Generators, their value, an abstention reason (or None) and whether the budget ran out.
 
-    Adds the candidate maximising ``v(S ∪ {j})`` (ties: lowest index) until ``v(S) >= ρ`` or
-    ``budget`` additions; then drops, in index order, every generator whose removal keeps
-    ``v >= ρ``.
+    Adds the candidate maximising ``v(S ∪ {j})`` (ties: the largest closure ``cl(S ∪ {j})``,
+    then the lowest index) until ``v(S) >= ρ`` or ``budget`` additions; then drops, in index
+    order, every generator whose removal keeps ``v >= ρ``. SPEC breaks ties by index alone, but
+    parents precede their children, so in a failure whose unsatisfied prerequisites come first
+    (tau's authentication, lookups and confirmations) that spends the budget on atoms whose
+    repair is already in their dependents' closures and cannot raise ``v`` alone.
     """
     chosen: list[int] = []
     remaining = game.candidates()
@@ -147,7 +150,8 @@ def greedy_generators(game: Game, rho: float, budget: int
             return tuple(chosen), game.value(chosen), "core-search-failed", False
         if len(chosen) == budget:
             return tuple(chosen), game.value(chosen), "budget", True
-        best = max(remaining, key=lambda j: (game.value(chosen + [j]), -j))
+        best = max(remaining, key=lambda j: (game.value(chosen + [j]),
+                                              len(game.closure(chosen + [j])), -j))
         chosen.append(best)
         remaining.remove(best)
     for j in sorted(chosen):

@@ -15,10 +15,25 @@ along the ground-truth diff — the records the ground-truth calls change, compa
 - ``policy:confirm:I:TOOL`` and ``policy:confirm-every-write`` (evidence, penalty, weight 0,
   family ``policy-confirm``): the policy's rule that each write follows the user's explicit yes
   — the user's latest reply since the previous write says "yes". VIOL for a write without it.
+  ``policy:confirm:I`` reads the turn whose reply was that yes, so the agent's message that
+  obtained it is the confirmation's witness, and the write that follows does not change it.
+- ``auth:user`` (evidence, prerequisite, ``auth``): a user lookup (``find_user_id_by_*``,
+  ``get_user_details``) returned the task's user. ``lookup:TABLE/KEY`` (evidence,
+  prerequisite, ``lookup``): a successful read call named a record the ground truth changes.
+
+The dependencies are the policy's order: a record's lookup and each confirmation depend on the
+authentication, and a field depends on its record's lookup and on the confirmation of the
+ground-truth write that changes it, so the calls and the turns that establish them are on the
+field's proof path. A write commits the fields that the ground-truth call of the same tool on
+the same record changes (plus the record's rest, ``no-extra-write`` and its confirmation): a
+correct call is not blamed for a field another tool should write, and a field a call should
+have changed but did not is charged to it. A write no ground-truth call matches commits every
+field of the records it targets.
 
 The database equals the ground truth iff every field atom and every rest atom of the changed
 records holds and no other record differs, so the aggregator — 1 iff every hard atom is SAT,
-minus the weights of violated penalty atoms — reproduces the reward exactly (η = 0). The
+minus the weights of violated penalty atoms, prerequisites not read — reproduces the reward
+exactly (η = 0). The
 benchmark does not score confirmations; their atoms enter with weight 0, so they never move the
 score but their violations are visible to credit assignment and diagnostics.
 """
@@ -162,22 +177,35 @@ def _primary(domain: Domain, base: Base, name: str, arguments: Mapping[str, Any]
     return found[0] if found else None
 
 
-def writes(state: State) -> tuple[tuple[str, tuple[str, str] | None, bool], ...]:
-    """``(tool, primary record, confirmed)`` of every successful write, in order.
+Write = tuple[str, tuple[str, str] | None, int | None]
 
-    Confirmed: the user's latest reply since the previous write is an explicit yes.
+
+def writes(state: State) -> tuple[tuple[Write, ...], int | None]:
+    """``(tool, primary record, confirming turn)`` of every successful write, in order, and
+    the pending confirmation.
+
+    A write's confirming turn is the agent's turn whose reply was the user's explicit yes, if
+    the latest reply since the previous write was one (else None); pending is that turn for
+    the next write.
     """
     domain = domain_of(state.task)
     base = data_lib.base(domain.name)
-    out, reply = [], None
-    for turn in state.turns:
+    out, pending = [], None
+    for k, turn in enumerate(state.turns):
         if turn.kind == "message":
-            reply = turn.obs
+            pending = k if affirmative(turn.obs) else None
         elif turn.kind == "tool" and turn.valid and domain.by_name[turn.name].writes:
-            primary = _primary(domain, base, turn.name, json.loads(turn.payload))
-            out.append((turn.name, primary, reply is not None and affirmative(reply)))
-            reply = None
-    return tuple(out)
+            out.append((turn.name, _primary(domain, base, turn.name, json.loads(turn.payload)),
+                        pending))
+            pending = None
+    return tuple(out), pending
+
+
+def _read(domain: Domain, turn) -> tuple[str, ...]:
+    """The string arguments of a successful call of a tool that does not write."""
+    if turn.kind != "tool" or not turn.valid or domain.by_name[turn.name].writes:
+        return ()
+    return tuple(str(v) for v in json.loads(turn.payload).values())
 
 
 class TauVerifier(Verifier):
@@ -194,21 +222,69 @@ class TauVerifier(Verifier):
             (i, action.name, _primary(self.domain, self.base, action.name, action.kwargs))
             for i, action in enumerate(self.spec.actions)
             if self.domain.by_name[action.name].writes and replay.succeeded[i])
+        self.write_fields = self._write_fields()
         self.atoms = self._atoms()
         check_atoms(self.atoms)
 
-    def _atoms(self) -> tuple[Atom, ...]:
-        atoms = []
+    def _write_fields(self) -> dict[int, frozenset[str]]:
+        """Per expected write (its index in the ground truth), the field variables it changes
+        when the ground truth is replayed."""
+        db, out = Db(self.base), {}
+        expected = {i for i, _, _ in self.writes_expected}
+        for i, action in enumerate(self.spec.actions):
+            tool = self.domain.by_name.get(action.name)
+            if tool is None or tool.terminal:
+                continue
+            before = self._fields(db)
+            call(self.domain, db, action.name, action.kwargs)
+            if i in expected:
+                after = self._fields(db)
+                out[i] = frozenset(v for v in before if before[v] != after[v])
+        return out
+
+    def _fields(self, db: Db) -> dict[str, str]:
+        """The canonical value of every target field variable in ``db``."""
+        out = {}
         for target in self.targets:
+            record = db.read(target.table, target.key) if db.has(
+                target.table, target.key) else _NONE
+            for path in target.paths:
+                out[target.var(path)] = canonical_at(record, path)
+        return out
+
+    def _atoms(self) -> tuple[Atom, ...]:
+        atoms = [Atom("auth:user", Kind.EVIDENCE, Role.PREREQUISITE, "auth", ("auth",),
+                      irreversible=True, source="domain policy: authenticate the user first",
+                      description=f"a user lookup returned {self.spec.user_id}")]
+        lookup = {}
+        for target in self.targets:
+            if target.rest is not None:
+                lookup[target.table, target.key] = len(atoms)
+                atoms.append(Atom(f"lookup:{target.table}/{target.key}", Kind.EVIDENCE,
+                                  Role.PREREQUISITE, "lookup", (self._lookup_var(target),),
+                                  (0,), irreversible=True, source="tool calls",
+                                  description=f"a read call named {target.key}"))
+        confirm = {}
+        for i, name, _ in self.writes_expected:
+            confirm[i] = len(atoms)
+            atoms.append(Atom(f"policy:confirm:{i}:{name}", Kind.EVIDENCE, Role.PENALTY,
+                              "policy-confirm", (f"confirm:{i}",), (0,), weight=0.0,
+                              source="domain policy (not scored by the benchmark)",
+                              description=f"the user said yes before the {name} call"))
+        for target in self.targets:
+            record = (lookup[target.table, target.key],) if target.rest is not None else ()
             for path, value in zip(target.paths, target.truth_values):
+                var = target.var(path)
+                confirmed = tuple(confirm[i] for i, fields in self.write_fields.items()
+                                  if var in fields)
                 atoms.append(Atom(
-                    f"db:{target.var(path)}", Kind.COMMIT, Role.HARD, "db-field",
-                    (target.var(path),), irreversible=True, source=SOURCE,
-                    description=f"{target.var(path)} becomes {value[:80]}"))
+                    f"db:{var}", Kind.COMMIT, Role.HARD, "db-field", (var,),
+                    (*record, *confirmed), irreversible=True, source=SOURCE,
+                    description=f"{var} becomes {value[:80]}"))
             if target.rest is not None:
                 atoms.append(Atom(
                     f"db:{target.rest_var}", Kind.STATE, Role.HARD, "db-rest",
-                    (target.rest_var,), irreversible=True, source=SOURCE,
+                    (target.rest_var,), record, irreversible=True, source=SOURCE,
                     description=f"the rest of {target.table}/{target.key} is unchanged"))
         atoms.append(Atom("db:no-extra-write", Kind.STATE, Role.HARD, "db-extra", ("extra",),
                           irreversible=True, source=SOURCE,
@@ -219,16 +295,15 @@ class TauVerifier(Verifier):
         atoms.append(Atom("episode:within-turn-limit", Kind.TERMINAL, Role.HARD, "episode",
                           ("truncated",), source="turn limit",
                           description="the episode ends before the turn limit"))
-        for i, name, _ in self.writes_expected:
-            atoms.append(Atom(f"policy:confirm:{i}:{name}", Kind.EVIDENCE, Role.PENALTY,
-                              "policy-confirm", ("writes",), weight=0.0,
-                              source="domain policy (not scored by the benchmark)",
-                              description=f"the user said yes before the {name} call"))
         atoms.append(Atom("policy:confirm-every-write", Kind.EVIDENCE, Role.PENALTY,
                           "policy-confirm", ("writes",), weight=0.0,
                           source="domain policy (not scored by the benchmark)",
                           description="the user said yes before every write"))
         return tuple(atoms)
+
+    @staticmethod
+    def _lookup_var(target: Target) -> str:
+        return f"lookup:{target.table}/{target.key}"
 
     def evidence(self, state: State) -> dict[str, Hashable]:
         """Φ: the target fields and rests, stray writes, outputs said, truncation, writes."""
@@ -249,12 +324,31 @@ class TauVerifier(Verifier):
         for i, output in enumerate(self.spec.outputs):
             evidence[f"said:{i}"] = output_said(output, messages)
         evidence["truncated"] = state.truncated
-        evidence["writes"] = writes(state)
+        made, pending = writes(state)
+        evidence["writes"] = tuple((tool, record, turn is not None) for tool, record, turn in made)
+        for i, name, primary in self.writes_expected:
+            done = [turn for tool, record, turn in made if tool == name and record == primary]
+            evidence[f"confirm:{i}"] = done[0] if done else pending
+        read = [_read(self.domain, turn) for turn in state.turns]
+        evidence["auth"] = any(
+            turn.valid and turn.kind == "tool" and (turn.name.startswith("find_user_id_by")
+                                                     or turn.name == "get_user_details")
+            and self.spec.user_id in turn.obs for turn in state.turns)
+        for target in self.targets:
+            if target.rest is not None:
+                evidence[self._lookup_var(target)] = any(target.key in r for r in read)
         return evidence
 
     def evaluate(self, evidence: Mapping[str, Hashable]) -> tuple[Status, ...]:
         """The status of every atom, in atom order."""
-        statuses = []
+        statuses = [SAT if evidence["auth"] else UNSAT]
+        statuses += [SAT if evidence[self._lookup_var(t)] else UNSAT
+                     for t in self.targets if t.rest is not None]
+        made = evidence["writes"]
+        for _, name, primary in self.writes_expected:
+            matching = [confirmed for tool, record, confirmed in made
+                        if tool == name and record == primary]
+            statuses.append(UNSAT if not matching else SAT if all(matching) else VIOL)
         for target in self.targets:
             for path, before, after in zip(target.paths, target.base_values,
                                            target.truth_values):
@@ -266,11 +360,6 @@ class TauVerifier(Verifier):
         statuses += [SAT if evidence[f"said:{i}"] else UNSAT
                      for i in range(len(self.spec.outputs))]
         statuses.append(VIOL if evidence["truncated"] else SAT)
-        made = evidence["writes"]
-        for _, name, primary in self.writes_expected:
-            matching = [confirmed for tool, record, confirmed in made
-                        if tool == name and record == primary]
-            statuses.append(UNSAT if not matching else SAT if all(matching) else VIOL)
         statuses.append(SAT if all(confirmed for *_, confirmed in made) else VIOL)
         return tuple(statuses)
 
@@ -291,14 +380,21 @@ class TauVerifier(Verifier):
             return frozenset()
         prefixes = tuple(f"{t}/{k}:" for t, k in tool.targets(self.base, parsed.arguments))
         primary = _primary(self.domain, self.base, parsed.name, parsed.arguments)
-        return frozenset(j for j, atom in enumerate(self.atoms) if (
-            atom.family in ("db-field", "db-rest") and atom.state_vars[0].startswith(prefixes))
-            or atom.id in ("db:no-extra-write", "policy:confirm-every-write")
-            or self._confirms(atom, parsed.name, primary))
+        matched = [i for i, name, record in self.writes_expected
+                   if name == parsed.name and record == primary]
+        fields = (frozenset().union(*(self.write_fields[i] for i in matched)) if matched
+                  else None)
+        confirms = {f"policy:confirm:{i}:{parsed.name}" for i in matched}
 
-    def _confirms(self, atom: Atom, name: str, primary: tuple[str, str] | None) -> bool:
-        return any(atom.id == f"policy:confirm:{i}:{tool}" and tool == name and record == primary
-                   for i, tool, record in self.writes_expected)
+        def committed(atom: Atom) -> bool:
+            if atom.family == "db-field":
+                var = atom.state_vars[0]
+                return var in fields if fields is not None else var.startswith(prefixes)
+            if atom.family == "db-rest":
+                return atom.state_vars[0].startswith(prefixes)
+            return atom.id in ("db:no-extra-write", "policy:confirm-every-write", *confirms)
+
+        return frozenset(j for j, atom in enumerate(self.atoms) if committed(atom))
 
     def score(self, state: State) -> float:
         """V: the environment's own hash-based reward (:func:`envs.tau.episode.reward`)."""

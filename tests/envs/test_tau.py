@@ -480,20 +480,24 @@ def _ids(verifier, statuses=None):
 def test_atoms_of_an_exchange():
     env = envs.make("tau-retail")
     verifier = env.verifier(TASK)
+    fields = ["db:orders/#W2378156:exchange_items", "db:orders/#W2378156:exchange_new_items",
+              "db:orders/#W2378156:exchange_payment_method_id",
+              "db:orders/#W2378156:exchange_price_difference", "db:orders/#W2378156:status"]
     assert _ids(verifier) == [
-        "db:orders/#W2378156:exchange_items", "db:orders/#W2378156:exchange_new_items",
-        "db:orders/#W2378156:exchange_payment_method_id",
-        "db:orders/#W2378156:exchange_price_difference", "db:orders/#W2378156:status",
+        "auth:user", "lookup:orders/#W2378156",
+        "policy:confirm:4:exchange_delivered_order_items", *fields,
         "db:orders/#W2378156:rest", "db:no-extra-write", "episode:within-turn-limit",
-        "policy:confirm:4:exchange_delivered_order_items", "policy:confirm-every-write"]
-    assert [a.role for a in verifier.atoms][-2:] == [Role.PENALTY, Role.PENALTY]
+        "policy:confirm-every-write"]
+    # authentication, then the order's lookup and the confirmation, then the fields
+    assert [a.parents for a in verifier.atoms[:9]] == [(), (0,), (0,), *[(1, 2)] * 5, (1,)]
+    assert [a.role for a in verifier.atoms if a.role == Role.PENALTY] == [Role.PENALTY] * 2
     assert all(a.weight == 0.0 for a in verifier.atoms if a.role == Role.PENALTY)
     env.reset(TASK)
     assert set(_ids(verifier, verifier.statuses(env.snapshot())).values()) == {SAT, UNSAT}
     write = ep.spec_of(TASK).actions[-1]
     committed = verifier.commits(tool_call(write.name, write.kwargs))
     assert {verifier.atoms[j].id for j in committed} == set(_ids(verifier)) - {
-        "episode:within-turn-limit"}
+        "episode:within-turn-limit", "auth:user", "lookup:orders/#W2378156"}
     assert verifier.commits(tool_call("get_order_details", {"order_id": "#W2378156"})) == set()
     assert verifier.commits("Do you confirm?") == set()
 

@@ -155,3 +155,17 @@ def test_unrevealed_prerequisite_blocks_repair():
     found = attribute(lambda z: float(all(s == SAT for s in z)), [UNK, UNSAT, UNSAT],
                       [[], [0], [1]], -1.0)
     assert found.reason == "core-search-failed"
+
+
+def test_a_failure_behind_many_unsatisfied_prerequisites_still_finds_its_core():
+    # ten unsatisfied atoms in a chain, a conjunction: repairing the last one repairs them all,
+    # so the greedy search must not spend its 8 additions on the prerequisites that come first
+    parents = [()] + [(j,) for j in range(9)]
+    statuses = [UNSAT] * 10
+
+    def conjunction(z):
+        return float(all(s == SAT for s in z))
+
+    found = attribute(conjunction, statuses, parents, -1.0, config=CoreConfig(budget=8))
+    assert found.reason is None and found.generators == (9,)
+    assert found.core == frozenset(range(10))

@@ -386,3 +386,82 @@ def test_the_papers_alfworld_cases():
     # A premature placement left in place: finding and taking the egg keep positive credit, the
     # put of the unheated egg is negative.
     assert signs(3) == [0, 1, 1, 0, -1]
+
+
+def _expert_actions(env, task) -> list[str]:
+    env.reset(task)
+    actions = [env.expert_action()]
+    while not env.step(actions[-1]).done:
+        actions.append(env.expert_action())
+    return actions
+
+
+def _played(env, task, actions) -> Rollout:
+    env.reset(task)
+    states, reward = [env.snapshot()], 0.0
+    for action in actions:
+        step = env.step(action)
+        states.append(env.snapshot())
+        reward = step.reward
+    assert step.done
+    return Rollout(tuple(states), tuple(actions), reward)
+
+
+def _tau_credit(env, task, rollouts):
+    base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]),
+                           jnp.zeros(len(rollouts), jnp.int32)))
+    group = credit_group(env.verifier(task), rollouts, base)
+    return group, np.asarray(_kernel([rollouts], [group])[0].corrections)
+
+
+def _without(actions, tools):
+    """The actions without the calls of `tools` and the expert's requests to confirm them."""
+    return [a for a in actions if not any(tool in a for tool in tools)]
+
+
+def test_tau_lookups_and_the_confirmation_are_on_the_proof_path():
+    from envs.tau.actions import ToolCall, parse, tool_call
+
+    env = envs.make("tau-retail")
+    task = envs.Task("tau-retail", "test", 0)  # exchange two items of a delivered order
+    expert = _expert_actions(env, task)
+    calls = [getattr(parse(a), "name", "message") for a in expert]
+    assert calls == ["find_user_id_by_name_zip", "get_order_details", "get_product_details",
+                     "get_product_details", "message", "exchange_delivered_order_items",
+                     "message"]
+    write = parse(expert[5])
+    assert isinstance(write, ToolCall)
+    assert write.arguments["new_item_ids"] == ["7706410293", "7747408585"]
+    # an available keyboard of the wrong kind, written at once, without asking the user
+    wrong = tool_call(write.name, {**write.arguments,
+                                   "new_item_ids": ["3616838507", "7747408585"]})
+    hasty = expert[:4] + [wrong, expert[6]]
+    rollouts = [_played(env, task, expert), _played(env, task, hasty)] * 2
+    assert [r.reward for r in rollouts] == [1.0, 0.0, 1.0, 0.0]
+    group, vict = _tau_credit(env, task, rollouts)
+    # the authentication, the order's lookup, the turn that obtained the user's yes and the
+    # write are credited in the success; reading the products and the goodbye are not
+    assert np.sign(vict[0, :7]).astype(int).tolist() == [1, 1, 0, 0, 1, 1, 0]
+    # the hasty wrong write is the failure's only negative action; the lookups keep credit
+    assert vict[1, 4] < 0 and (np.delete(vict[1, :6], 4) >= 0).all()
+    assert vict[1, 0] > 0 and vict[1, 1] > 0
+    relations = {e.relation for e in group.traces[1].edges if e.turn == 4}
+    assert {"commit", "violation"} <= relations
+
+
+def test_tau_a_correct_write_is_not_blamed_for_another_tools_field():
+    env = envs.make("tau-airline")
+    task = envs.Task("tau-airline", "test", 4)  # flights, passengers and bags of a reservation
+    expert = _expert_actions(env, task)
+    flights_only = _without(expert, ("update_reservation_passengers",
+                                     "update_reservation_baggages"))
+    rollouts = [_played(env, task, expert), _played(env, task, flights_only)] * 2
+    assert [r.reward for r in rollouts] == [1.0, 0.0, 1.0, 0.0]
+    group, vict = _tau_credit(env, task, rollouts)
+    flights = next(t for t, a in enumerate(flights_only) if "update_reservation_flights" in a
+                   and a.startswith("<tool_call>"))
+    committed = {group.verifier.atoms[e.atom].id for e in group.traces[1].edges
+                 if e.turn == flights and e.relation == "commit"}
+    assert not [a for a in committed if "passengers" in a or "baggages" in a], committed
+    assert vict[1, flights] >= 0
+    assert (vict[1, :len(flights_only)] >= 0).all()  # the omitted calls are not there to blame
