@@ -12,7 +12,7 @@ abstained (a rollout with a zero advantage has nothing to attribute and is not c
 ``top reason`` is the most frequent rollout-level or atom-level abstention.
 
 Usage: python bench/vict_diagnostics.py [--envs household webshop ...] [--groups 32]
-       [--epsilon 0.3 0.6 0.9]
+       [--epsilon 0.3 0.6 0.8 0.9]
 Prints two tables, writes bench/results/vict_diagnostics.json and updates bench/RESULTS.md.
 """
 
@@ -150,7 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="*", default=list(ENVS))
     parser.add_argument("--groups", type=int, default=32)
-    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.3, 0.6, 0.9])
+    parser.add_argument("--epsilon", type=float, nargs="*", default=[0.3, 0.6, 0.8, 0.9])
     args = parser.parse_args()
     results = []
     for name in args.envs:

@@ -11,8 +11,13 @@ The ratio is the issue's target (≤ 2%). For environments that step in microsec
 host-side credit method can meet it, so ``µs/action`` is also reported: against an LLM policy
 that spends milliseconds generating each action, that is the overhead that matters.
 
+A second table puts VICT against a whole training step: the credit, rollout and total seconds
+per update of the comparison's recorded runs (``experiments/results/runs/``, household-small,
+the tiny Qwen3 on 2 cores), for GRPO and for the arms that run VICT's host side. The first
+update of each run compiles and is left out.
+
 Usage: python bench/vict_overhead.py [--envs household searchqa ...] [--groups 16]
-Prints a table, writes bench/results/vict_overhead.json and updates bench/RESULTS.md.
+Prints the tables, writes bench/results/vict_overhead.json and updates bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -31,11 +36,14 @@ import numpy as np
 
 import envs
 from bench import report
+from prover_jax.plot import read_metrics
 from prover_jax.credit.outcome import grpo
 from vict_jax.pipeline import Rollout, batch_inputs, credit_group
 from vict_jax.redistribute import redistribute
 
 GROUP = 8
+RUNS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "runs"
+TRAINING_ARMS = ("grpo", "vict", "prover+vict")
 RANDOM_RATES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
@@ -122,16 +130,42 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_training_step(runs: Path = RUNS) -> list[dict]:
+    """Seconds per update (credit, rollout, whole step) of each recorded arm's runs."""
+    out = []
+    for arm in TRAINING_ARMS:
+        rows = [row for path in sorted(runs.glob(f"{arm}-seed*"))
+                for row in read_metrics(path)[1:]]
+        if not rows:
+            continue
+        step = [sum(v for k, v in row.items() if k.startswith("time/")) for row in rows]
+        credit = [row["time/credit_s"] for row in rows]
+        out.append({"arm": arm, "updates": len(rows), "credit_s": float(np.mean(credit)),
+                    "rollout_s": float(np.mean([row["time/rollout_s"] for row in rows])),
+                    "step_s": float(np.mean(step)),
+                    "credit_pct": 100.0 * float(np.sum(credit) / np.sum(step))})
+    return out
+
+
+def step_table(rows: list[dict]) -> str:
+    lines = ["| arm | updates | credit s/update | rollout s/update | step s/update | "
+             "credit share of the step |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['arm']} | {r['updates']} | {r['credit_s']:.3f} | {r['rollout_s']:.1f} | "
+              f"{r['step_s']:.1f} | {r['credit_pct']:.2f}% |" for r in rows]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="*", default=envs.names())
     parser.add_argument("--groups", type=int, default=16)
     args = parser.parse_args()
     results = run(args.envs, args.groups)
-    body = table(results)
+    steps = per_training_step()
+    body = table(results) + "\n\nPer update of the comparison's runs:\n\n" + step_table(steps)
     print(body)
     report.write("vict_overhead", "VICT host overhead per group of 8", report.machine(), body,
-                 results)
+                 {"groups": results, "training_steps": steps})
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ def test_vict_overhead_bench_runs():
     assert row["groups"] == 2 and row["actions"] > 0
     assert row["env_ms_per_group"] > 0 and row["vict_ms_per_group"] > 0
     assert "| household | 2 |" in bench.table(results)
+    steps = bench.per_training_step()  # the comparison's committed GRPO records at least
+    assert steps[0]["arm"] == "grpo" and 0 < steps[0]["credit_s"] < steps[0]["step_s"]
+    assert "| grpo |" in bench.step_table(steps)
 
 
 def test_prover_overhead_bench_runs():
