@@ -36,8 +36,8 @@ import numpy as np
 
 import envs
 from bench import report
-from prover_jax.plot import read_metrics
 from prover_jax.credit.outcome import grpo
+from prover_jax.plot import read_metrics
 from vict_jax.pipeline import Rollout, batch_inputs, credit_group
 from vict_jax.redistribute import redistribute
 
@@ -148,8 +148,8 @@ def per_training_step(runs: Path = RUNS) -> list[dict]:
 
 
 def step_table(rows: list[dict]) -> str:
-    lines = ["| arm | updates | credit s/update | rollout s/update | step s/update | "
-             "credit share of the step |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [("| arm | updates | credit s/update | rollout s/update | step s/update | "
+             "credit share of the step |"), "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['arm']} | {r['updates']} | {r['credit_s']:.3f} | {r['rollout_s']:.1f} | "
               f"{r['step_s']:.1f} | {r['credit_pct']:.2f}% |" for r in rows]
     return "\n".join(lines)

@@ -465,3 +465,25 @@ def test_tau_a_correct_write_is_not_blamed_for_another_tools_field():
     assert not [a for a in committed if "passengers" in a or "baggages" in a], committed
     assert vict[1, flights] >= 0
     assert (vict[1, :len(flights_only)] >= 0).all()  # the omitted calls are not there to blame
+
+
+def test_the_papers_webshop_case_of_a_premature_purchase():
+    # VICT Table 15: a T-shirt bought with the right colour and size for a leggings goal
+    env = envs.make("webshop")
+    task = envs.Task("webshop", "eval", 3)  # imported women's leggings, gray, small, < $40
+    expert = _expert_actions(env, task)
+    assert expert == ["search[imported women's leggings]", "click[b0iz4tqyso]", "click[gray]",
+                      "click[small]", "click[buy now]"]
+    premature = ["search[women's t-shirt]", "click[b0bnbi4a7j]", "click[gray]", "click[small]",
+                 "click[buy now]"]
+    rollouts = [_played(env, task, expert), _played(env, task, premature)] * 2
+    assert rollouts[0].reward == 1.0 and rollouts[1].reward < 0.5
+    group, vict = _tau_credit(env, task, rollouts)
+    atoms = [a.id for a in group.verifier.atoms]
+    assert atoms.index("product_type") in group.attributions[1].core
+    # The purchase commits the wrong product and the click opened it: both get the blame. The
+    # option clicks are not blamed; the paper gives them "+", but positive credit in a failure
+    # goes to satisfied ancestors of the correction core (SPEC), and the options depend on the
+    # product type rather than precede it.
+    assert np.sign(vict[1, :5]).astype(int).tolist() == [0, -1, 0, 0, -1]
+    assert (vict[0, 1:5] > 0).all()  # in the success: the product, both options, the purchase
