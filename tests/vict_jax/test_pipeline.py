@@ -447,6 +447,13 @@ def test_tau_lookups_and_the_confirmation_are_on_the_proof_path():
     assert vict[1, 0] > 0 and vict[1, 1] > 0
     relations = {e.relation for e in group.traces[1].edges if e.turn == 4}
     assert {"commit", "violation"} <= relations
+    # an item omitted from a confirmed exchange: the call that should have carried it is blamed
+    omitted = tool_call(write.name, {**write.arguments, "item_ids": write.arguments["item_ids"][:1],
+                                     "new_item_ids": ["7706410293"]})
+    rollouts = [_played(env, task, expert), _played(env, task, [*expert[:5], omitted, expert[6]])]
+    group, vict = _tau_credit(env, task, rollouts * 2)
+    assert rollouts[1].reward == 0.0 and vict[1, 5] < 0
+    assert vict[1, 0] > 0 and vict[1, 1] > 0 and vict[1, 4] >= 0
 
 
 def test_tau_a_correct_write_is_not_blamed_for_another_tools_field():
