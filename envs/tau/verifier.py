@@ -30,6 +30,11 @@ correct call is not blamed for a field another tool should write, and a field a 
 have changed but did not is charged to it. A write no ground-truth call matches commits every
 field of the records it targets.
 
+These are the paper's tau-bench families (VICT Table 10): target record identified (``auth``,
+``lookup``), confirmation obtained (``policy-confirm``), target field updated (``db-field``),
+forbidden field unchanged (``db-rest``, ``db-extra``) and final response consistent
+(``output``).
+
 The database equals the ground truth iff every field atom and every rest atom of the changed
 records holds and no other record differs, so the aggregator — 1 iff every hard atom is SAT,
 minus the weights of violated penalty atoms, prerequisites not read — reproduces the reward
