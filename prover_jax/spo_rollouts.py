@@ -25,7 +25,7 @@ import numpy as np
 from envs.base import Task
 from envs.pool import EnvPool
 from prover_jax.credit import spo_chain_segments
-from prover_jax.rollout import Episode, Policy, run, start
+from prover_jax.rollout import Episode, Policy, episode_rngs, run, start
 from prover_jax.verify import VerifyConfig, is_eligible
 
 
@@ -96,17 +96,21 @@ def default_branch_actions(env: str) -> int:
     return {"household": 4, "household-small": 2}.get(env, 1)
 
 
-def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.Random,
-              branch_actions: int, depth: int = 3, width: int = 2,
-              max_actions: int | None = None) -> list[SpoTree]:
+def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task],
+              rng: random.Random | Sequence[random.Random], branch_actions: int, depth: int = 3,
+              width: int = 2, max_actions: int | None = None) -> list[SpoTree]:
     """Grows one tree per task, all trees level by level in one batch per level.
 
-    ``max_actions`` caps every root-to-leaf path (None: the environment's turn limit); a level
-    that would start past it is not grown, so its nodes stay leaves.
+    ``rng`` is one random stream, or one per task (`prover_jax.rollout.episode_rngs`): every
+    branch of a tree draws from its task's stream alone, so with streams per task a tree grows
+    the same in any batch. ``max_actions`` caps every root-to-leaf path (None: the
+    environment's turn limit); a level that would start past it is not grown, so its nodes
+    stay leaves.
     """
     if branch_actions < 1 or depth < 1 or width < 2:
         raise ValueError("need branch_actions >= 1, depth >= 1 and width >= 2")
-    roots = run(pool, policy, [start(t) for t in tasks], rng, max_actions=0)
+    tree_rngs = episode_rngs(rng, len(tasks))
+    roots = run(pool, policy, [start(t) for t in tasks], tree_rngs, max_actions=0)
     nodes = [[root] for root in roots]
     parents = [[-1] for _ in tasks]
     frontier = [[0] for _ in tasks]
@@ -118,8 +122,9 @@ def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.
                 break
         jobs = [(g, n) for g, ids in enumerate(frontier) for n in ids
                 if not nodes[g][n].done for _ in range(width)]
-        grown = run(pool, policy, [nodes[g][n] for g, n in jobs], rng, max_actions=limit,
-                    progress=f"tree level {level + 1}/{depth}")
+        branch_rngs = [random.Random(tree_rngs[g].getrandbits(64)) for g, _ in jobs]
+        grown = run(pool, policy, [nodes[g][n] for g, n in jobs], branch_rngs,
+                    max_actions=limit, progress=f"tree level {level + 1}/{depth}")
         frontier = [[] for _ in tasks]
         for (g, n), episode in zip(jobs, grown):
             parents[g].append(n)
