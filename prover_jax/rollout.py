@@ -151,10 +151,10 @@ def start(task: Task) -> Episode:
     return Episode(task)
 
 
-def episode_rngs(rng: random.Random | Sequence[random.Random], count: int
-                 ) -> list[random.Random]:
-    """One random stream per episode: ``rng`` itself when it is already one per episode, else
-    ``count`` streams seeded from it in order.
+def rng_streams(rng: random.Random | Sequence[random.Random], count: int
+                ) -> list[random.Random]:
+    """One random stream per item (episode, group, tree): ``rng`` itself when it is already
+    one per item, else ``count`` streams seeded from it in order.
 
     Raises:
       ValueError: a sequence of streams of another length than ``count``.
@@ -162,7 +162,7 @@ def episode_rngs(rng: random.Random | Sequence[random.Random], count: int
     if isinstance(rng, random.Random):
         return [random.Random(rng.getrandbits(64)) for _ in range(count)]
     if len(rng) != count:
-        raise ValueError(f"rng: {len(rng)} random streams for {count} episodes")
+        raise ValueError(f"rng: {len(rng)} random streams for {count} items")
     return list(rng)
 
 
@@ -180,7 +180,7 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode],
       policy: chooses actions.
       episodes: fresh starts and/or unfinished prefixes.
       rng: the source of the policy's randomness: one stream, or one per episode
-        (`episode_rngs`). Each episode's actions are drawn from its own stream, so the run is
+        (`rng_streams`). Each episode's actions are drawn from its own stream, so the run is
         deterministic given it, and with streams per episode an episode plays the same in any
         batch.
       max_actions: stop each episode after this many new actions (None: run to the end).
@@ -190,7 +190,7 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode],
     Returns:
       The continued episodes, in input order.
     """
-    rngs = episode_rngs(rng, len(episodes))
+    rngs = rng_streams(rng, len(episodes))
     finished = {i: e for i, e in enumerate(episodes) if e.done}
     queue = [i for i in reversed(range(len(episodes))) if i not in finished]
     running: dict[int, tuple[int, Episode, int]] = {}  # slot -> (index, episode, actions taken)

@@ -7,9 +7,9 @@ into a padded batch with the sampler's log-probs as the old policy's; one learne
 step's metrics appended to the run directory's ``metrics.jsonl``, and every
 ``checkpoint_every`` steps a checkpoint. A killed run resumes from its last checkpoint exactly:
 the checkpointed state's data position says which tasks come next, and its key every random
-draw of the host side (rollouts, judges, continuations). Each group's episodes sample from the
-group's own streams (`group_rng`), so a group plays the same in any batch and on any process:
-with several processes the rollouts, and so the updates, are the single process's.
+draw of the host side (rollouts, judges, continuations). Each group draws from its own streams
+(`group_rng`), so a group plays, is judged and is continued the same in any batch and on any
+process: with several processes the rollouts, and so the updates, are the single process's.
 
 ``python -m prover_jax.train`` runs a small default: a tiny random Qwen3 with a byte-level BPE
 tokenizer trained on the environment's own texts (nothing is downloaded), on household tasks.
@@ -54,7 +54,7 @@ from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.plot import plot_run
-from prover_jax.rollout import Episode, episode_rngs, run, start
+from prover_jax.rollout import Episode, rng_streams, run, start
 from prover_jax.spo_rollouts import (
     SpoTree,
     budget_schedule_of_run,
@@ -423,7 +423,7 @@ def roll_out(config: TrainConfig, pool: EnvPool, policy: ModelPolicy, tasks: Seq
         return [list(tree.episodes) for tree in trees], trees
     size = group_rows(config, step)
     episodes = run(pool, policy, [start(t) for t in tasks for _ in range(size)],
-                   [stream for rng in rngs for stream in episode_rngs(rng, size)],
+                   [stream for rng in rngs for stream in rng_streams(rng, size)],
                    config.max_actions, progress="rollout")
     return [episodes[g * size:(g + 1) * size] for g in range(len(tasks))], None
 
@@ -442,20 +442,20 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             step = int(state.step)
             laps = Laps()
             seed, next_key = step_seed(state.rng)
-            rng = process_rng(seed, jax.process_index())
             position = int(state.data_position)
             chosen = [task_at(tasks, position + g, config.seed) for g in mine]
             policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh), cfg, tokenizer,
                                  system, config.sampling)
             groups, trees = roll_out(config, pool, policy, chosen,
-                                     [group_rng(seed, g) for g in mine], step)
+                                     [group_rng(seed, g, "rollout") for g in mine], step)
             batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings,
                                       row_multiple)
             laps.lap("rollout")
             rows, turns = batch.turn_valid.shape
             output = (HostOutput({}, {}, {}) if host is None else
-                      host(HostContext(env, groups, pool, policy, rng, rows, turns,
-                                                    trees)))
+                      host(HostContext(env, groups, pool, policy,
+                                       [group_rng(seed, g, "host") for g in mine], rows, turns,
+                                       trees)))
             del policy  # its sampling copy of the weights
             advantages = credit.compute(config.credit, batch, output.inputs, settings).tokens
             dropped = (None if method.dropped_tokens is None else
@@ -590,16 +590,11 @@ def step_seed(key_data: jax.Array) -> tuple[int, jax.Array]:
     return seed, jax.random.key_data(key)
 
 
-def group_rng(seed: int, group: int) -> random.Random:
-    """The rollout stream of the step's group `group` (its position in the step): the same
-    whichever process rolls the group out."""
-    return random.Random(f"{seed}/group/{group}")
-
-
-def process_rng(seed: int, process: int) -> random.Random:
-    """Process `process`'s stream of the step's other host randomness (judges,
-    continuations)."""
-    return random.Random(f"{seed}/process/{process}")
+def group_rng(seed: int, group: int, use: str) -> random.Random:
+    """The random stream of the step's group `group` (its position in the step) for `use`
+    ("rollout": its episodes; "host": its judge and continuations): the same whichever process
+    holds the group."""
+    return random.Random(f"{seed}/{use}/{group}")
 
 
 def merged_records(records: Mapping[str, list[dict]]) -> dict[str, list[dict]]:

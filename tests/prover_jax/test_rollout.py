@@ -47,7 +47,7 @@ def test_an_episode_with_its_own_stream_plays_the_same_alone(household_pool):
                 [random.Random(i) for i in range(9)])
     assert run(household_pool, policy, [start(tasks[8])], [random.Random(8)]) == waves[8:]
     assert run(household_pool, policy, [start(tasks[8])], [random.Random(0)]) != waves[8:]
-    with pytest.raises(ValueError, match="2 random streams for 1 episodes"):
+    with pytest.raises(ValueError, match="2 random streams for 1 items"):
         run(household_pool, policy, [start(tasks[0])], [random.Random(0)] * 2)
 
 
