@@ -47,10 +47,10 @@ ENV = "household-small"
 class FlaggedPolicy(ScriptedPolicy):
     """The expert with random actions mixed in, each action flagged (`Demonstration.expert`)."""
 
-    def act(self, episodes, slots, pool, rng):
+    def act(self, episodes, slots, pool, rngs):
         del episodes
         return [Demonstration(text, expert=not noisy)
-                for text, noisy in self.choose(slots, pool, rng)]
+                for text, noisy in self.choose(slots, pool, rngs)]
 
 
 def pivotal_tasks(env: envs.Env, count: int) -> list[envs.Task]:

@@ -103,6 +103,15 @@ def stream_ids(episode: Episode) -> np.ndarray:
     return episode.stream().tokens
 
 
+def stream_keys(rows: int, streams: dict[int, random.Random]) -> jax.Array:
+    """A key array [rows] for `generate`: row r's key drawn from ``streams[r]`` (64 random
+    bits), a fixed key for rows without a stream."""
+    data = np.zeros((rows, 2), np.uint32)
+    for row, stream in streams.items():
+        data[row] = divmod(stream.getrandbits(64), 1 << 32)
+    return jax.random.wrap_key_data(jnp.asarray(data), impl="threefry2x32")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Held:
     """What one cache row holds: an episode's stream through the reply of its last action."""
@@ -175,7 +184,7 @@ class ModelPolicy(Policy):
         """int32 [P] everything the episode's next reply is sampled after."""
         return np.concatenate([stream_ids(episode), self.context(episode)])
 
-    def act(self, episodes: Sequence[Episode], slots, pool, rng: random.Random
+    def act(self, episodes: Sequence[Episode], slots, pool, rngs: Sequence[random.Random]
             ) -> list[Action | None]:
         rows = pool.num_slots
         if self._cache is None or len(self._held) != rows:
@@ -200,7 +209,9 @@ class ModelPolicy(Policy):
         emptied = [row for row in range(rows) if row not in continued]
         for row in emptied:
             self._held[row] = None
-        sampled = self._sample(rows, new, starts, emptied if reuse else [], acting, rng)
+        streams = dict(zip(slots, rngs))
+        sampled = self._sample(rows, new, starts, emptied if reuse else [],
+                               {row: streams[row] for row in acting})
         actions = []
         for episode, slot, context in zip(episodes, slots, contexts):
             if slot not in sampled:
@@ -215,9 +226,10 @@ class ModelPolicy(Policy):
                                      starts[slot] + len(new[slot]) + len(ids))
         return actions
 
-    def _sample(self, rows: int, new: dict, starts: dict, emptied: list[int], acting: list[int],
-                rng: random.Random) -> dict[int, tuple[list[int], list[float]]]:
-        """Prefills and samples one reply per acting row; {row: (ids, logprobs)}.
+    def _sample(self, rows: int, new: dict, starts: dict, emptied: list[int],
+                acting: dict[int, random.Random]) -> dict[int, tuple[list[int], list[float]]]:
+        """Prefills and samples one reply per acting row, each with a key drawn from the row's
+        own stream (`acting`: row -> stream); {row: (ids, logprobs)}.
 
         `emptied` rows are emptied; those acting start a stream and prefill all of it but its
         last token through `kv_cache.prefill_rows`, once per distinct stream. Every acting row
@@ -248,7 +260,7 @@ class ModelPolicy(Policy):
             positions[row, tail_len - len(tail):] = np.arange(begin, begin + len(tail))
         self.stats.prefilled += sum(map(len, distinct)) + sum(map(len, tails.values()))
         out = generate(self.params, self.cfg, jnp.asarray(tokens), jnp.asarray(positions),
-                       self._cache, jax.random.key(rng.getrandbits(63)),
+                       self._cache, stream_keys(rows, acting),
                        max_tokens=s.max_new_tokens, max_new_tokens=jnp.int32(s.max_new_tokens),
                        stop_tokens=self.stop_tokens, temperature=jnp.float32(s.temperature),
                        top_k=jnp.int32(s.top_k), top_p=jnp.float32(s.top_p), pad_id=self.pad_id)

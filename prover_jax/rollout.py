@@ -112,9 +112,11 @@ class Policy(abc.ABC):
 
     @abc.abstractmethod
     def act(self, episodes: Sequence[Episode], slots: Sequence[int], pool: EnvPool,
-            rng: random.Random) -> list[Action | None]:
-        """One action per episode; ``slots[i]`` holds ``episodes[i]`` in ``pool``. None ends
-        an episode whose context is full (`run` marks it truncated and ``overflow``)."""
+            rngs: Sequence[random.Random]) -> list[Action | None]:
+        """One action per episode; ``slots[i]`` holds ``episodes[i]`` in ``pool`` and
+        ``rngs[i]`` is its own random stream (its action must not depend on any other's, so an
+        episode plays the same in any batch). None ends an episode whose context is full
+        (`run` marks it truncated and ``overflow``)."""
 
 
 class ScriptedPolicy(Policy):
@@ -125,15 +127,16 @@ class ScriptedPolicy(Policy):
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         self.epsilon = epsilon
 
-    def act(self, episodes, slots, pool, rng):
+    def act(self, episodes, slots, pool, rngs):
         del episodes
-        return [Action(text) for text, _ in self.choose(slots, pool, rng)]
+        return [Action(text) for text, _ in self.choose(slots, pool, rngs)]
 
-    def choose(self, slots: Sequence[int], pool: EnvPool, rng: random.Random
+    def choose(self, slots: Sequence[int], pool: EnvPool, rngs: Sequence[random.Random]
                ) -> list[tuple[str, bool]]:
-        """(action text, whether it is a random one) for each slot."""
-        explore = [rng.random() < self.epsilon for _ in slots]
-        seeds = [rng.getrandbits(63) for _ in slots]
+        """(action text, whether it is a random one) for each slot, slot i's drawn from
+        ``rngs[i]``."""
+        explore = [rng.random() < self.epsilon for rng in rngs]
+        seeds = [rng.getrandbits(63) for rng in rngs]
         expert = [s for s, e in zip(slots, explore) if not e]
         randoms = [(s, seed) for s, e, seed in zip(slots, explore, seeds) if e]
         texts = dict(zip(expert, pool.query("expert_action", expert))) if expert else {}
@@ -148,8 +151,24 @@ def start(task: Task) -> Episode:
     return Episode(task)
 
 
-def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.Random,
-        max_actions: int | None = None, progress: str | None = None) -> list[Episode]:
+def rng_streams(rng: random.Random | Sequence[random.Random], count: int
+                ) -> list[random.Random]:
+    """One random stream per item (episode, group, tree): ``rng`` itself when it is already
+    one per item, else ``count`` streams seeded from it in order.
+
+    Raises:
+      ValueError: a sequence of streams of another length than ``count``.
+    """
+    if isinstance(rng, random.Random):
+        return [random.Random(rng.getrandbits(64)) for _ in range(count)]
+    if len(rng) != count:
+        raise ValueError(f"rng: {len(rng)} random streams for {count} items")
+    return list(rng)
+
+
+def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode],
+        rng: random.Random | Sequence[random.Random], max_actions: int | None = None,
+        progress: str | None = None) -> list[Episode]:
     """Continues every episode to termination (or for ``max_actions`` more actions).
 
     Fresh episodes are reset (``max_actions=0`` only resets them); prefixes are restored from
@@ -160,7 +179,10 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
       pool: the environment pool (its kind must match the episodes' tasks).
       policy: chooses actions.
       episodes: fresh starts and/or unfinished prefixes.
-      rng: the source of the policy's randomness (the run is deterministic given it).
+      rng: the source of the policy's randomness: one stream, or one per episode
+        (`rng_streams`). Each episode's actions are drawn from its own stream, so the run is
+        deterministic given it, and with streams per episode an episode plays the same in any
+        batch.
       max_actions: stop each episode after this many new actions (None: run to the end).
       progress: the label of a progress bar over the episodes, drawn on terminals only (None:
         no bar).
@@ -168,6 +190,7 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
     Returns:
       The continued episodes, in input order.
     """
+    rngs = rng_streams(rng, len(episodes))
     finished = {i: e for i, e in enumerate(episodes) if e.done}
     queue = [i for i in reversed(range(len(episodes))) if i not in finished]
     running: dict[int, tuple[int, Episode, int]] = {}  # slot -> (index, episode, actions taken)
@@ -182,7 +205,8 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode], rng: random.
             running.clear()
             continue
         acting = sorted(running)
-        chosen = policy.act([running[s][1] for s in acting], acting, pool, rng)
+        chosen = policy.act([running[s][1] for s in acting], acting, pool,
+                            [rngs[running[s][0]] for s in acting])
         for slot, action in zip(acting, chosen):
             if action is None:
                 index, episode, _ = running.pop(slot)

@@ -127,9 +127,9 @@ class DemonstrationPolicy(Policy):
         self.tokenizer, self.reply = tokenizer, reply
         self.scripted = ScriptedPolicy(noise)
 
-    def act(self, episodes, slots, pool, rng):
+    def act(self, episodes, slots, pool, rngs):
         actions = []
-        for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rng)):
+        for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rngs)):
             reply = (*self.tokenizer.encode(reply_text(text, self.reply),
                                             add_special_tokens=False),
                      self.format.end_of_turn)

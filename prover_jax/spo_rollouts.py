@@ -25,19 +25,22 @@ import numpy as np
 from envs.base import Task
 from envs.pool import EnvPool
 from prover_jax.credit import spo_chain_segments
-from prover_jax.rollout import Episode, Policy, run, start
+from prover_jax.rollout import Episode, Policy, rng_streams, run, start
 from prover_jax.verify import VerifyConfig, is_eligible
 
 
 def spo_chain_values(pool: EnvPool, policy: Policy, groups: Sequence[Sequence[Episode]],
-                     rng: random.Random, num_turns: int, num_rows: int | None = None,
+                     rng: random.Random | Sequence[random.Random], num_turns: int,
+                     num_rows: int | None = None,
                      config: VerifyConfig | None = None, num_segments: int = 3
                      ) -> tuple[np.ndarray, np.ndarray]:
     """``(boundary_values float32 [B, S-1], applies bool [B])`` for the ``spo-chain`` kernel.
 
     Args:
-      pool, policy, rng: as for ``prover_jax.rollout.run``.
+      pool, policy: as for ``prover_jax.rollout.run``.
       groups: finished episodes per group, in packing order.
+      rng: one random stream, or one per group (`prover_jax.rollout.rng_streams`): a group's
+        continuations draw from its stream alone.
       num_turns: T of the packed batch.
       num_rows: B of the packed batch (default: the number of episodes).
       config: eligibility, success threshold and K (default VerifyConfig()).
@@ -52,17 +55,20 @@ def spo_chain_values(pool: EnvPool, policy: Policy, groups: Sequence[Sequence[Ep
     boundaries = np.asarray(boundaries)
     applies = np.zeros(num_rows, bool)
     requests = []  # (row, boundary slot, turn)
+    streams = []
     row = 0
     k = config.continuations
-    for group in groups:
+    for group, group_rng in zip(groups, rng_streams(rng, len(groups))):
         eligible = is_eligible([e.reward for e in group], config)
         for episode in group:
             if eligible and episode.reward >= config.success_reward:
                 applies[row] = True
-                requests += [(row, s, int(b)) for s, b in enumerate(boundaries[row]) if b >= 0]
+                ours = [(row, s, int(b)) for s, b in enumerate(boundaries[row]) if b >= 0]
+                requests += ours
+                streams += rng_streams(group_rng, len(ours) * k)
             row += 1
     prefixes = [episodes[r].prefix(turn) for r, _, turn in requests for _ in range(k)]
-    continued = run(pool, policy, prefixes, rng, progress="boundary values")
+    continued = run(pool, policy, prefixes, streams, progress="boundary values")
     values = np.zeros((num_rows, num_segments - 1), np.float32)
     for n, (r, s, _) in enumerate(requests):
         values[r, s] = np.mean([e.reward for e in continued[n * k:(n + 1) * k]])
@@ -96,17 +102,21 @@ def default_branch_actions(env: str) -> int:
     return {"household": 4, "household-small": 2}.get(env, 1)
 
 
-def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.Random,
-              branch_actions: int, depth: int = 3, width: int = 2,
-              max_actions: int | None = None) -> list[SpoTree]:
+def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task],
+              rng: random.Random | Sequence[random.Random], branch_actions: int, depth: int = 3,
+              width: int = 2, max_actions: int | None = None) -> list[SpoTree]:
     """Grows one tree per task, all trees level by level in one batch per level.
 
-    ``max_actions`` caps every root-to-leaf path (None: the environment's turn limit); a level
-    that would start past it is not grown, so its nodes stay leaves.
+    ``rng`` is one random stream, or one per task (`prover_jax.rollout.rng_streams`): every
+    branch of a tree draws from its task's stream alone, so with streams per task a tree grows
+    the same in any batch. ``max_actions`` caps every root-to-leaf path (None: the
+    environment's turn limit); a level that would start past it is not grown, so its nodes
+    stay leaves.
     """
     if branch_actions < 1 or depth < 1 or width < 2:
         raise ValueError("need branch_actions >= 1, depth >= 1 and width >= 2")
-    roots = run(pool, policy, [start(t) for t in tasks], rng, max_actions=0)
+    tree_rngs = rng_streams(rng, len(tasks))
+    roots = run(pool, policy, [start(t) for t in tasks], tree_rngs, max_actions=0)
     nodes = [[root] for root in roots]
     parents = [[-1] for _ in tasks]
     frontier = [[0] for _ in tasks]
@@ -118,8 +128,9 @@ def spo_trees(pool: EnvPool, policy: Policy, tasks: Sequence[Task], rng: random.
                 break
         jobs = [(g, n) for g, ids in enumerate(frontier) for n in ids
                 if not nodes[g][n].done for _ in range(width)]
-        grown = run(pool, policy, [nodes[g][n] for g, n in jobs], rng, max_actions=limit,
-                    progress=f"tree level {level + 1}/{depth}")
+        branch_rngs = [random.Random(tree_rngs[g].getrandbits(64)) for g, _ in jobs]
+        grown = run(pool, policy, [nodes[g][n] for g, n in jobs], branch_rngs,
+                    max_actions=limit, progress=f"tree level {level + 1}/{depth}")
         frontier = [[] for _ in tasks]
         for (g, n), episode in zip(jobs, grown):
             parents[g].append(n)

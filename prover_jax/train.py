@@ -7,7 +7,9 @@ into a padded batch with the sampler's log-probs as the old policy's; one learne
 step's metrics appended to the run directory's ``metrics.jsonl``, and every
 ``checkpoint_every`` steps a checkpoint. A killed run resumes from its last checkpoint exactly:
 the checkpointed state's data position says which tasks come next, and its key every random
-draw of the host side (rollouts, judges, continuations).
+draw of the host side (rollouts, judges, continuations). Each group draws from its own streams
+(`group_rng`), so a group plays, is judged and is continued the same in any batch and on any
+process: with several processes the rollouts, and so the updates, are the single process's.
 
 ``python -m prover_jax.train`` runs a small default: a tiny random Qwen3 with a byte-level BPE
 tokenizer trained on the environment's own texts (nothing is downloaded), on household tasks.
@@ -52,7 +54,7 @@ from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.plot import plot_run
-from prover_jax.rollout import Episode, run, start
+from prover_jax.rollout import Episode, rng_streams, run, start
 from prover_jax.spo_rollouts import (
     SpoTree,
     budget_schedule_of_run,
@@ -409,17 +411,19 @@ def group_rows(config: TrainConfig, step: int | None = None) -> int:
 
 
 def roll_out(config: TrainConfig, pool: EnvPool, policy: ModelPolicy, tasks: Sequence,
-             rng: random.Random, step: int) -> tuple[list[list[Episode]], list[SpoTree] | None]:
+             rngs: Sequence[random.Random], step: int
+             ) -> tuple[list[list[Episode]], list[SpoTree] | None]:
     """One step's finished episodes per task, in packing order, and for a tree method the
-    trees whose leaves they are."""
+    trees whose leaves they are; ``rngs[g]`` is task g's group's own random stream."""
     if credit.get(config.credit).rollouts == "trees":
         knobs = rollout_settings(config.credit_settings())
         branch = knobs.branch_actions or default_branch_actions(config.env)
-        trees = spo_trees(pool, policy, tasks, rng, branch, knobs.depth, knobs.width,
+        trees = spo_trees(pool, policy, tasks, rngs, branch, knobs.depth, knobs.width,
                           config.max_actions)
         return [list(tree.episodes) for tree in trees], trees
     size = group_rows(config, step)
-    episodes = run(pool, policy, [start(t) for t in tasks for _ in range(size)], rng,
+    episodes = run(pool, policy, [start(t) for t in tasks for _ in range(size)],
+                   [stream for rng in rngs for stream in rng_streams(rng, size)],
                    config.max_actions, progress="rollout")
     return [episodes[g * size:(g + 1) * size] for g in range(len(tasks))], None
 
@@ -437,19 +441,21 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
         while int(state.step) < config.steps:
             step = int(state.step)
             laps = Laps()
-            rng, next_key = step_rng(state.rng, jax.process_index())
+            seed, next_key = step_seed(state.rng)
             position = int(state.data_position)
             chosen = [task_at(tasks, position + g, config.seed) for g in mine]
             policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh), cfg, tokenizer,
                                  system, config.sampling)
-            groups, trees = roll_out(config, pool, policy, chosen, rng, step)
+            groups, trees = roll_out(config, pool, policy, chosen,
+                                     [group_rng(seed, g, "rollout") for g in mine], step)
             batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings,
                                       row_multiple)
             laps.lap("rollout")
             rows, turns = batch.turn_valid.shape
             output = (HostOutput({}, {}, {}) if host is None else
-                      host(HostContext(env, groups, pool, policy, rng, rows, turns,
-                                                    trees)))
+                      host(HostContext(env, groups, pool, policy,
+                                       [group_rng(seed, g, "host") for g in mine], rows, turns,
+                                       trees)))
             del policy  # its sampling copy of the weights
             advantages = credit.compute(config.credit, batch, output.inputs, settings).tokens
             dropped = (None if method.dropped_tokens is None else
@@ -576,12 +582,19 @@ def append_lines(path: Path, records: Sequence[dict]) -> None:
         out.writelines(json.dumps(record) + "\n" for record in records)
 
 
-def step_rng(key_data: jax.Array, process: int = 0) -> tuple[random.Random, jax.Array]:
-    """One step's host randomness (rollouts, judges, continuations) of process `process`, drawn
-    from the checkpointed key data uint32 [2], and the key data the next step draws from."""
+def step_seed(key_data: jax.Array) -> tuple[int, jax.Array]:
+    """One step's seed of all host randomness (the same on every process), drawn from the
+    checkpointed key data uint32 [2], and the key data the next step draws from."""
     key, step_key = jax.random.split(jax.random.wrap_key_data(key_data))
     seed = int.from_bytes(np.asarray(jax.random.key_data(step_key)).tobytes(), "little")
-    return random.Random(seed + (process << 64)), jax.random.key_data(key)
+    return seed, jax.random.key_data(key)
+
+
+def group_rng(seed: int, group: int, use: str) -> random.Random:
+    """The random stream of the step's group `group` (its position in the step) for `use`
+    ("rollout": its episodes; "host": its judge and continuations): the same whichever process
+    holds the group."""
+    return random.Random(f"{seed}/{use}/{group}")
 
 
 def merged_records(records: Mapping[str, list[dict]]) -> dict[str, list[dict]]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from envs.pool import EnvPool
 from prover_jax.judges.base import Judge, Proposal, TrajectoryView, Turn, no_credit
-from prover_jax.rollout import Episode, Policy, run
+from prover_jax.rollout import Episode, Policy, rng_streams, run
 
 DELTA_BINS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
 JUDGE_DOWN = "the judge's model was unreachable earlier in this step"
@@ -103,7 +103,8 @@ def view(episode: Episode, row: int) -> TrajectoryView:
 
 
 def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
-                groups: Sequence[Sequence[Episode]], rng: random.Random,
+                groups: Sequence[Sequence[Episode]],
+                rng: random.Random | Sequence[random.Random],
                 config: VerifyConfig = VerifyConfig(), num_rows: int | None = None
                 ) -> ProverResult:
     """Judges every eligible group and verifies every valid proposal.
@@ -113,7 +114,9 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
       policy: the policy that produced the groups (continuations use it).
       judge: proposes segments.
       groups: finished episodes per group, in packing order.
-      rng: randomness of the judge and the continuations.
+      rng: randomness of the judge and the continuations: one stream, or one per group
+        (`prover_jax.rollout.rng_streams`). A group's judge and continuations draw from its
+        stream alone, so with streams per group its result does not depend on the others.
       config: VerifyConfig.
       num_rows: B of the packed batch (default: the number of episodes).
 
@@ -130,17 +133,20 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
     asks = [(view(groups[g][chosen[g]], chosen[g]),
              [view(e, i) for i, e in enumerate(groups[g]) if e.reward < config.success_reward])
             for g in eligible]
-    answers = dict(zip(eligible, judge_all(judge, asks, rng, config.judge_concurrency)))
+    group_rngs = rng_streams(rng, len(groups))
+    answers = dict(zip(eligible, judge_all(judge, asks, [group_rngs[g] for g in eligible],
+                                           config.judge_concurrency)))
     proposals: list[Proposal | None] = [answers.get(g) for g in range(len(groups))]
     requests = [(g, chosen[g], answers[g].start_turn, answers[g].end_turn)  # group, row, l, r
                 for g in eligible if answers[g].valid]
     start = time.perf_counter()
     k = config.continuations
-    prefixes = []
+    prefixes, streams = [], []
     for g, row, l, r in requests:
         episode = groups[g][row]
         prefixes += [episode.prefix(l)] * k + [episode.prefix(r + 1)] * k
-    continued = run(pool, policy, prefixes, rng, progress="verify") if prefixes else []
+        streams += rng_streams(group_rngs[g], 2 * k)
+    continued = run(pool, policy, prefixes, streams, progress="verify") if prefixes else []
     wall = time.perf_counter() - start
     measurements = []
     for n, (g, row, l, r) in enumerate(requests):
@@ -162,14 +168,15 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
 
 
 def judge_all(judge: Judge, asks: Sequence[tuple[TrajectoryView, Sequence[TrajectoryView]]],
-              rng: random.Random, concurrency: int = 8) -> list[Proposal]:
+              rng: random.Random | Sequence[random.Random], concurrency: int = 8
+              ) -> list[Proposal]:
     """``judge.propose(success, failures)`` for every ask, in order.
 
-    A judge that waits on a model (`Judge.concurrent`) is asked up to `concurrency` at once,
-    each ask with its own generator drawn from `rng` in order (so the proposals do not depend
-    on which answer comes first); other judges are asked one by one with `rng` itself. Once a
-    proposal finds the model unreachable, the judge is down for the rest of the step: the asks
-    not yet sent get no credit (`JUDGE_DOWN`) at no cost.
+    Every ask has its own generator (`rng_streams` of `rng`: drawn from it in order, or given
+    one per ask), so the proposals do not depend on which answer comes first. A judge that
+    waits on a model (`Judge.concurrent`) is asked up to `concurrency` at once, other judges
+    one by one. Once a proposal finds the model unreachable, the judge is down for the rest of
+    the step: the asks not yet sent get no credit (`JUDGE_DOWN`) at no cost.
     """
     down = threading.Event()
 
@@ -181,9 +188,9 @@ def judge_all(judge: Judge, asks: Sequence[tuple[TrajectoryView, Sequence[Trajec
             down.set()
         return proposal
 
+    rngs = rng_streams(rng, len(asks))
     if not judge.concurrent or len(asks) < 2:
-        return [ask(a, rng) for a in asks]
-    rngs = [random.Random(rng.getrandbits(64)) for _ in asks]
+        return [ask(a, r) for a, r in zip(asks, rngs)]
     with concurrent.futures.ThreadPoolExecutor(min(concurrency, len(asks))) as executor:
         return list(executor.map(ask, asks, rngs))
 

@@ -10,13 +10,19 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import jax
 import numpy as np
 
 from prover_jax import credit
 from prover_jax.credit import hosts, registry
 from vict_jax.core import ABSTENTIONS
 from vict_jax.pipeline import Rollout, batch_inputs, credit_group, proof_records
-from vict_jax.redistribute import RedistributionConfig, normalise, redistribute
+from vict_jax.redistribute import (
+    RedistributionConfig,
+    calibrated_over_processes,
+    normalise,
+    redistribute,
+)
 
 VICT_INPUTS = {"marginals": ("b m", "f"), "eligible": ("b m", "b"), "omega": ("b t m", "f")}
 
@@ -128,6 +134,9 @@ def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMetho
             base, outcome = base_method.compute(batch, base_inputs, config.base)
         result = redistribute(base, inputs["marginals"], inputs["eligible"], inputs["omega"],
                               batch.turn_valid, batch.group_ids, config.redistribution)
+        if jax.process_count() > 1:  # lambda and c are batch statistics: the global batch's
+            result = calibrated_over_processes(result, base, batch.turn_valid,
+                                               config.redistribution)
         return result.advantages, outcome
 
     def check_values(batch, inputs, config: VictConfig):

@@ -18,7 +18,9 @@ and the witness weights `omega [B, T, M]` of the proof edges. Everything here is
 3. eq. 7: `A_vict[b, t] = sum_j dhat[b, j] omega[b, t, j] / Z[b, j]`, `Z = sum_t omega + eps_z`;
 4. eq. 9 / 10: `A[b, t] = A_base[b, t] + lam * clip(A_vict[b, t], -c, c)` with eq. 17
    `lam = gamma_lambda * median|A_base| / (median of nonzero |A_vict| + eps)` and
-   `c = quantile_0.95 |A_base|`, calibrated over the batch's valid turns.
+   `c = quantile_0.95 |A_base|`, calibrated over the batch's valid turns. With several
+   processes each holding its share of the rows, `calibrated_over_processes` calibrates over
+   all of them.
 
 Calibration departs from a literal eq. 17 in one respect, kept as `calibration="all"`: by default
 the base statistics are taken over turns whose base advantage is non-zero. Groups whose rewards
@@ -194,8 +196,33 @@ def redistribute(base: jax.Array, marginals: jax.Array, eligible: jax.Array,
     vict = corrections(norm.values, omega, config.z_eps)
     vict = jnp.where(turn_valid & ~(jnp.abs(vict) <= config.zero_tol), vict, 0.0)  # NaN stays
     lam, clip = calibrate(base_bt, vict, turn_valid, config)
-    advantages = base_bt + lam * jnp.clip(vict, -clip, clip)
-    return Redistributed(jnp.where(turn_valid, advantages, 0.0), vict, norm, lam, clip)
+    return Redistributed(combine(base_bt, vict, lam, clip, turn_valid), vict, norm, lam, clip)
+
+
+def combine(base: jax.Array, vict: jax.Array, lam: jax.Array, clip: jax.Array,
+            turn_valid: jax.Array) -> jax.Array:
+    """Eq. 9 / 10 from per-turn base advantages and corrections [B, T] and the calibrated
+    scalars: `base + lam * clip(vict, -c, c)` on valid turns, 0 elsewhere; float32 [B, T]."""
+    return jnp.where(turn_valid, base + lam * jnp.clip(vict, -clip, clip), 0.0)
+
+
+def calibrated_over_processes(result: Redistributed, base: jax.Array, turn_valid: jax.Array,
+                              config: RedistributionConfig = RedistributionConfig()
+                              ) -> Redistributed:
+    """`result` (of this process's rows) with lambda and c calibrated over every process's rows,
+    as one process holding the whole batch would calibrate them.
+
+    Every process calls it with the same shapes: base float32 [B] or [B, T] as given to
+    `redistribute`, turn_valid bool [B, T].
+    """
+    from jax.experimental import multihost_utils
+
+    base_bt = per_turn(base, turn_valid, "base")
+    everyone = multihost_utils.process_allgather((base_bt, result.corrections, turn_valid),
+                                                 tiled=True)
+    lam, clip = calibrate(*everyone, config)
+    return result._replace(advantages=combine(base_bt, result.corrections, lam, clip, turn_valid),
+                           lam=lam, clip=clip)
 
 
 @kernel

@@ -81,16 +81,17 @@ def _truncate(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Arra
     return jnp.where(logits >= threshold, logits, -jnp.inf)
 
 
-def draw(logits: jax.Array, key: jax.Array) -> jax.Array:
+def draw(logits: jax.Array, keys: jax.Array) -> jax.Array:
     """One index per row of float32 logits [B, V] with probability softmax(logits), -inf
-    entries never drawn; int32 [B].
+    entries never drawn, row b drawn with its own key keys[b] (a key array [B]); int32 [B].
 
     Inverse-CDF sampling: one uniform per row against the cumulative probabilities, instead of
     `jax.random.categorical`'s Gumbel noise (random bits for every vocabulary entry).
     """
     probs = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
     cumulative = jnp.cumsum(probs, axis=-1)
-    target = (1.0 - jax.random.uniform(key, (logits.shape[0], 1))) * cumulative[:, -1:]
+    uniform = jax.vmap(jax.random.uniform)(keys)[:, None]
+    target = (1.0 - uniform) * cumulative[:, -1:]
     # the first entry whose cumulative mass reaches the target; it has nonzero probability
     return jnp.sum(cumulative < target, axis=-1).astype(jnp.int32)
 
@@ -108,20 +109,21 @@ def first_max(logits: jax.Array, top: jax.Array) -> jax.Array:
     return jnp.min(jnp.where(hit, index, logits.shape[-1]), axis=-1)
 
 
-def sample_token(logits: jax.Array, key: jax.Array, temperature: jax.Array,
+def sample_token(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
                  top_k: jax.Array, top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """One token per row from float32 logits [B, V]; returns (int32 [B], logprob float32 [B])."""
+    """One token per row from float32 logits [B, V], row b drawn with keys[b] (a key array
+    [B]); returns (int32 [B], logprob float32 [B])."""
     greedy = temperature <= 0
     temperature = jnp.where(greedy, 1.0, temperature)
     top = jnp.max(logits, axis=-1, keepdims=True)
 
-    def sample(logits, key):
+    def sample(logits, keys):
         scaled = logits / temperature
         truncated = jax.lax.cond((top_k > 0) | (top_p < 1), _truncate, lambda x, *_: x,
                                  scaled, top_k, top_p)
-        return draw(truncated, key)
+        return draw(truncated, keys)
 
-    token = jax.lax.cond(greedy, lambda x, _: first_max(x, top), sample, logits, key)
+    token = jax.lax.cond(greedy, lambda x, _: first_max(x, top), sample, logits, keys)
     # log softmax(logits / T) at the token, the division fused into the two reductions
     log_norm = jnp.log(jnp.sum(jnp.exp((logits - top) / temperature), axis=-1))
     chosen = jnp.take_along_axis(logits, token[:, None], axis=1)[:, 0]
@@ -138,7 +140,16 @@ class _Loop(NamedTuple):
     pending: jax.Array  # bool [B]: `last` is a real token not yet written to the cache
     pos: jax.Array  # int32 [B] rotary position of `last`
     cache: Cache
-    key: jax.Array
+
+
+def row_keys(key: jax.Array, rows: int) -> jax.Array:
+    """The key array [rows] `generate` samples each row with: `key` itself when it is already
+    one key per row, else `rows` keys split from the single key."""
+    if key.ndim == 0:
+        return jax.random.split(key, rows)
+    if key.shape != (rows,):
+        raise ValueError(f"key: {key.shape} keys for {rows} rows; give one key or one per row")
+    return key
 
 
 def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
@@ -156,7 +167,9 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
       prompt: int32 [B, P] new tokens to prefill (left-padded).
       prompt_positions: int32 [B, P] their rotary positions, -1 on padding.
       cache: a Cache with room for P + max_tokens more slots (donated).
-      key: PRNG key.
+      key: a PRNG key, or a key array [B] with one per row. Row b's tokens are drawn from
+        its own key alone (`jax.random.fold_in` of it with the output column), so with keys
+        per row a row samples the same reply in any batch.
       max_tokens: N, static size of the output buffers.
       max_new_tokens: int32 scalar in [1, N], the budget of this call (at least one token is
         always sampled).
@@ -204,9 +217,13 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
         raise ValueError(f"cache: {slots} slots cannot hold {prompt_len} prompt tokens and "
                          f"max_tokens={max_tokens}; a continued cache needs its length on top")
     budget = jnp.minimum(max_new_tokens, max_tokens)
+    keys = row_keys(key, batch)
+
+    def column_keys(column: jax.Array) -> jax.Array:
+        return jax.vmap(jax.random.fold_in, (0, None))(keys, column)
+
     logits, cache = forward(params, cfg, prompt, prompt_positions, cache, last_only=True)
-    key, first_key = jax.random.split(key)
-    token, logprob = sample_token(logits[:, -1], first_key, temperature, top_k, top_p)
+    token, logprob = sample_token(logits[:, -1], column_keys(0), temperature, top_k, top_p)
     active = jnp.any(prompt_positions >= 0, axis=1)
     token = jnp.where(active, token, pad_id)
     state = _Loop(
@@ -217,19 +234,19 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
         lengths=active.astype(jnp.int32),
         done=jnp.isin(token, stop_tokens) | (budget <= 1) | ~active,
         last=token, pending=active,
-        pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache, key=key)
+        pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache)
 
     def decode(s: _Loop) -> _Loop:
-        key, step_key = jax.random.split(s.key)
         logits, cache = forward(params, cfg, s.last[:, None],
                                 jnp.where(s.pending, s.pos, -1)[:, None], s.cache)
-        token, logprob = sample_token(logits[:, 0], step_key, temperature, top_k, top_p)
+        token, logprob = sample_token(logits[:, 0], column_keys(s.step), temperature, top_k,
+                                      top_p)
         real = ~s.done
         token = jnp.where(real, token, pad_id)
         done = s.done | (real & jnp.isin(token, stop_tokens)) | (s.step + 1 >= budget)
         return _Loop(s.step + 1, s.tokens.at[:, s.step].set(token),
                      s.logprobs.at[:, s.step].set(jnp.where(real, logprob, 0.0)),
-                     s.lengths + real, done, token, real, s.pos + real, cache, key)
+                     s.lengths + real, done, token, real, s.pos + real, cache)
 
     s = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode, state)
     _, cache = forward(params, cfg, s.last[:, None], jnp.where(s.pending, s.pos, -1)[:, None],

@@ -72,7 +72,7 @@ class HostContext:
     groups: Sequence[Sequence[Any]]  # finished rollout.Episodes per group, in packing order
     pool: Any  # envs.pool.EnvPool that ran them
     policy: Any  # rollout.Policy that sampled them (continuations use it)
-    rng: random.Random
+    rng: random.Random | Sequence[random.Random]  # one stream, or one per group
     num_rows: int  # B of the packed batch (padding rows included)
     num_turns: int  # T of the packed batch
     trees: Sequence[Any] | None = None  # spo_rollouts.SpoTrees the groups' leaves grew on

@@ -45,10 +45,11 @@ KNOBS = dict(temperature=jnp.float32(1.0), top_k=jnp.int32(0), top_p=jnp.float32
 
 
 def run(params, cfg, tokens, mask, key=0, budget=MAX_TOKENS, stop=(-1,), **knobs):
+    """`generate` with a seed (an int) or a key array per row for `key`."""
     # room for a continuation too (test_continuing_reuses_the_cache)
     cache = qwen.init_cache(cfg, tokens.shape[0], tokens.shape[1] + 2 * MAX_TOKENS + 8)
     return generate(params, cfg, tokens, qwen.positions_from_mask(mask), cache,
-                    jax.random.key(key), max_tokens=MAX_TOKENS,
+                    jax.random.key(key) if isinstance(key, int) else key, max_tokens=MAX_TOKENS,
                     max_new_tokens=jnp.int32(budget), stop_tokens=jnp.array(stop, jnp.int32),
                     **{**KNOBS, **knobs})
 
@@ -125,6 +126,24 @@ def test_deterministic_per_key(tiny):
     c = run(params, cfg, tokens, mask, key=6)
     np.testing.assert_array_equal(a.tokens, b.tokens)
     assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
+
+
+def test_a_row_with_its_own_key_samples_the_same_reply_in_any_batch(tiny):
+    """Keys per row: a row's reply depends on its prompt and key only, not on its neighbours or
+    its place in the batch."""
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg)
+    keys = jax.random.split(jax.random.key(3), 3)
+    alone = run(params, cfg, tokens, mask, key=keys)
+    others, other_mask = prompts(cfg, seed=8)
+    moved = run(params, cfg, np.stack([others[0], tokens[1], tokens[0]]),
+                np.stack([other_mask[0], mask[1], mask[0]]),
+                key=jnp.stack([jax.random.key(11), keys[1], keys[0]]))
+    np.testing.assert_array_equal(np.asarray(moved.tokens)[1], np.asarray(alone.tokens)[1])
+    np.testing.assert_array_equal(np.asarray(moved.tokens)[2], np.asarray(alone.tokens)[0])
+    assert not np.array_equal(np.asarray(moved.tokens)[0], np.asarray(alone.tokens)[2])
+    with pytest.raises(ValueError, match=r"key: \(2,\) keys for 3 rows"):
+        run(params, cfg, tokens, mask, key=keys[:2])
 
 
 def test_stop_tokens_and_budget_end_rows_cleanly(tiny):
@@ -215,7 +234,8 @@ def test_sampled_tokens_follow_the_truncated_softmax():
     cases = [(0.7, 0, 1.0), (1.3, 4, 1.0), (1.0, 0, 0.6)]
     sample = jax.jit(sample_token)
     for temperature, top_k, top_p in cases:
-        tokens, logprobs = sample(many, jax.random.key(1), jnp.float32(temperature),
+        keys = jax.random.split(jax.random.key(1), len(many))
+        tokens, logprobs = sample(many, keys, jnp.float32(temperature),
                                   jnp.int32(top_k), jnp.float32(top_p))
         probs = np.asarray(jax.nn.softmax(logits / temperature), np.float64)
         np.testing.assert_allclose(np.asarray(logprobs), np.log(np.repeat(probs, draws, 0))[

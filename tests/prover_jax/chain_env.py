@@ -7,8 +7,6 @@ with probability ``p[k]``, so from position k an episode succeeds with ``prod(p[
 
 from __future__ import annotations
 
-import random
-
 from envs.base import Env, Step, Task
 from prover_jax.rollout import Action, Policy
 
@@ -67,10 +65,11 @@ class ChainPolicy(Policy):
     def __init__(self, p):
         self.p = p
 
-    def act(self, episodes, slots, pool, rng: random.Random):
+    def act(self, episodes, slots, pool, rngs):
         del slots, pool
         positions = [int(e.observations[-1].split()[-1]) for e in episodes]
-        return [Action("advance" if rng.random() < self.p[k] else "stumble") for k in positions]
+        return [Action("advance" if rng.random() < self.p[k] else "stumble")
+                for k, rng in zip(positions, rngs)]
 
 
 def success_probability(p, position: int) -> float:

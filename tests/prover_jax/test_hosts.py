@@ -3,6 +3,7 @@ produces exactly the inputs its kernel declares, placed on the rows of their epi
 
 from __future__ import annotations
 
+import collections
 import random
 
 import numpy as np
@@ -56,7 +57,7 @@ def test_host_sides_feed_their_kernels(step, name):
     inputs, logs, records = host_side(name, HostOptions(continuations=2))(ctx)
     assert set(inputs) == set(method.inputs)
     if "prover" in name:  # each group's success was judged and its segment verified
-        assert (inputs["seg_end"] > 0).sum() == GROUPS and logs["prover/eligible_groups"] == 2
+        assert logs["prover/eligible_groups"] == logs["prover/valid_proposals"] == GROUPS
         proposals = records["prover_proposals"]
         assert [p["group"] for p in proposals] == list(range(GROUPS))
         for p in proposals:  # each names the row, segment and measured delta the kernel got
@@ -69,8 +70,10 @@ def test_host_sides_feed_their_kernels(step, name):
     if name == "vict":  # a proof record for exactly the turns VICT moved off the GRPO base
         base = np.asarray(credit.compute("grpo", batch).per_turn)
         moved = np.abs(np.asarray(result.per_turn) - base) > 1e-7
-        proved = {(r["group"] * GROUP_SIZE + r["rollout"], r["turn"])
-                  for r in records["vict_proofs"]}
+        totals = collections.defaultdict(float)  # a turn's corrections may cancel
+        for r in records["vict_proofs"]:
+            totals[r["group"] * GROUP_SIZE + r["rollout"], r["turn"]] += r["correction"]
+        proved = {turn for turn, total in totals.items() if abs(total) > 1e-6}
         assert proved and proved == set(zip(*map(list, np.nonzero(moved))))
         turns = sum(e.num_turns for g in ctx.groups for e in g)
         assert logs["vict/sparsity"] == pytest.approx(len(proved) / turns)

@@ -78,6 +78,23 @@ def test_model_policy_rolls_out_household(trained_tokenizer, pool):  # noqa: F81
     assert episodes[0].observations[1] in text and text.rstrip().endswith("assistant")
 
 
+def test_an_episode_with_its_own_stream_samples_the_same_in_any_batch(trained_tokenizer,  # noqa: F811
+                                                                    pool):
+    """With a random stream per episode, an episode's sampled replies do not depend on which
+    others share its batch or where it sits (what lets processes split a step's groups)."""
+    policy = _policy(trained_tokenizer)
+    streams = lambda seeds: [random.Random(seed) for seed in seeds]  # noqa: E731
+    together = run(pool, policy, [start(t) for t in TASKS], streams([10, 11, 12]),
+                   max_actions=3)
+    apart = run(pool, policy, [start(TASKS[2]), start(TASKS[0])], streams([12, 10]),
+                max_actions=3)
+    for ours, theirs in zip(apart, [together[2], together[0]]):
+        assert ours.stream().tokens.tolist() == theirs.stream().tokens.tolist()
+        np.testing.assert_allclose(ours.stream().logprobs, theirs.stream().logprobs, atol=1e-5)
+    other = run(pool, policy, [start(TASKS[0])], streams([13]), max_actions=3)
+    assert other[0].stream().tokens.tolist() != together[0].stream().tokens.tolist()
+
+
 def test_the_stream_is_exactly_what_was_read_and_sampled(trained_tokenizer, pool):  # noqa: F811
     """Replies of a random model are non-canonical (no tool call, cut at max_new_tokens); the
     stream holds them as sampled, each followed by the template's observation block."""

@@ -40,6 +40,17 @@ def test_run_matches_a_sequential_rollout_and_prefixes_replay(household_pool):
     assert resumed == expert
 
 
+def test_an_episode_with_its_own_stream_plays_the_same_alone(household_pool):
+    tasks = [envs.Task("household", "train", i) for i in range(9)]  # waves over 6 slots
+    policy = ScriptedPolicy(0.3)
+    waves = run(household_pool, policy, [start(t) for t in tasks],
+                [random.Random(i) for i in range(9)])
+    assert run(household_pool, policy, [start(tasks[8])], [random.Random(8)]) == waves[8:]
+    assert run(household_pool, policy, [start(tasks[8])], [random.Random(0)]) != waves[8:]
+    with pytest.raises(ValueError, match="2 random streams for 1 items"):
+        run(household_pool, policy, [start(tasks[0])], [random.Random(0)] * 2)
+
+
 def test_max_actions_and_prefix_bounds(household_pool):
     task = envs.Task("household", "train", 0)
     partial = run(household_pool, ScriptedPolicy(0.0), [start(task)], random.Random(0),

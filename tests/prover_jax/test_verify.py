@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import jax.numpy as jnp
@@ -107,9 +108,18 @@ def test_offline_judges_end_to_end_on_household(judge):
         # Mostly random play: few successes, so some groups are eligible (mean reward < 0.5).
         groups = [run(pool, ScriptedPolicy(0.9), [start(t)] * 8, random.Random(g))
                   for g, t in enumerate(tasks)]
-        result = prover_step(pool, ScriptedPolicy(0.9), judges.make(judge), groups,
-                             random.Random(0), VerifyConfig(continuations=4), num_rows=32)
-    eligible = [is_eligible([e.reward for e in g], VerifyConfig()) for g in groups]
+        streams = [random.Random(100 + g) for g in range(4)]  # one per group
+        result = prover_step(pool, ScriptedPolicy(0.9), judges.make(judge), groups, streams,
+                             VerifyConfig(continuations=4), num_rows=32)
+        eligible = [is_eligible([e.reward for e in g], VerifyConfig()) for g in groups]
+        # a group with its own stream is judged and continued the same without the others
+        last = max(g for g, e in enumerate(eligible) if e)
+        alone = prover_step(pool, ScriptedPolicy(0.9), judges.make(judge), [groups[last]],
+                            [random.Random(100 + last)], VerifyConfig(continuations=4))
+    untimed = lambda proposals: [dataclasses.replace(p, wall_s=0.0) for p in proposals]  # noqa: E731
+    assert untimed(alone.proposals) == untimed(result.proposals[last:last + 1])
+    assert [dataclasses.replace(m, group=last) for m in alone.measurements] == [
+        m for m in result.measurements if m.group == last]
     assert any(eligible) and [p is not None for p in result.proposals] == eligible
     if judge == "contrastive":
         assert len(result.measurements) == sum(eligible)

@@ -18,6 +18,7 @@ from prover_jax.evaluate import EvalConfig
 from prover_jax.model_policy import SamplingConfig
 from prover_jax.train import TinyModel, TrainConfig
 from tests.prover_jax.test_learner_step import CFG, FP32, init_params, make_batch, run
+from tests.tpu import parity_env
 from tpu.distributed import DistributedConfig, from_environment
 from tpu.mesh import MeshConfig
 
@@ -67,9 +68,10 @@ def test_two_processes_train_like_one(tmp_path):
 
 
 def TRAIN(run_dir: str) -> TrainConfig:
-    """The 2-process trainer test's run: VICT on household-small, 2 groups (one per process)."""
-    return TrainConfig(env="household-small", credit="vict", steps=2, groups=2, group_size=2,
-                       max_actions=2, workers=1, run_dir=run_dir, checkpoint_every=1,
+    """The 2-process trainer test's run: VICT on `parity_env` (mixed groups from a random
+    model), 2 groups (one per process)."""
+    return TrainConfig(env=parity_env.NAME, credit="vict", steps=2, groups=2, group_size=4,
+                       max_actions=1, workers=1, run_dir=run_dir, checkpoint_every=1,
                        sampling=SamplingConfig(max_new_tokens=4), eval_every=2,
                        evaluation=EvalConfig(tasks=2, samples=0), mesh=MeshConfig(fsdp=-1),
                        tiny=TinyModel(vocab_size=256, hidden_size=32, layers=1,
@@ -77,26 +79,38 @@ def TRAIN(run_dir: str) -> TrainConfig:
 
 
 @pytest.mark.slow
-def test_two_processes_run_the_trainer(tmp_path):
+def test_two_processes_run_the_trainer_like_one(tmp_path):
     """Each process rolls out its own group; process 0 alone writes the run's files; the
-    checkpoint both wrote restores in one process to the params they trained."""
+    checkpoint both wrote restores in one process to the params they trained, and those are
+    the params one process trains on both groups."""
     from prover_jax.learner import Checkpoints, Learner
     from prover_jax.runs import load
 
-    run_processes("tests.tpu.train_worker", 2, str(tmp_path), timeout=600)
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    two, one = tmp_path / "two", tmp_path / "one"
+    run_processes("tests.tpu.train_worker", 2, str(two), timeout=600)
+    run_processes("tests.tpu.train_worker", 1, str(one), timeout=600)
+    rows = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0, 1]  # one line per step, not per process
-    assert rows[0]["episode/count"] == 4 and "eval/greedy/success" in rows[1]
+    assert rows[0]["episode/count"] == 8 and "eval/greedy/success" in rows[1]
+    assert all(0 < row["reward/mean"] < 1 for row in rows)  # mixed groups: updates
     assert "credit/vict/abstained" in rows[0]
-    proofs = (tmp_path / "vict_proofs.jsonl").read_text().splitlines()
+    proofs = (two / "vict_proofs.jsonl").read_text().splitlines()
     assert {json.loads(line)["step"] for line in proofs} <= {0, 1}
-    cfg, _, _ = load(tmp_path)
-    learner = Learner(cfg, TRAIN(str(tmp_path)).learner)
-    state = Checkpoints(tmp_path / "checkpoints").restore(learner.abstract_state())
+    cfg, _, _ = load(two)
+    learner = Learner(cfg, TRAIN(str(two)).learner)
+    state = Checkpoints(two / "checkpoints").restore(learner.abstract_state())
     assert int(state.step) == 2
-    final = np.load(tmp_path / "final.npz")
+    final = np.load(two / "final.npz")
     for i, x in enumerate(jax.tree.leaves(state.params)):
         np.testing.assert_array_equal(final[f"arr_{i}"], np.asarray(x))
+    # the same episodes (the groups sample from their own streams), so the same update
+    single = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    for name in ("reward/mean", "episode/actions", "episode/valid_actions", "learner/loss"):
+        assert [row[name] for row in rows] == pytest.approx([row[name] for row in single],
+                                                            rel=1e-5, abs=1e-6), name
+    alone = np.load(one / "final.npz")
+    for i in range(len(final.files)):
+        np.testing.assert_allclose(final[f"arr_{i}"], alone[f"arr_{i}"], rtol=1e-5, atol=1e-6)
 
 
 def test_settings_are_checked():

@@ -1,6 +1,7 @@
-"""One process of the 2-process trainer test (`test_distributed.py`): joins the others on
-127.0.0.1 and trains the tiny household model for 2 steps into a shared run directory; process
-0 saves the final params next to it.
+"""One process of the multi-process trainer test (`test_distributed.py`, which also runs it
+alone as the single-process reference): joins the others on 127.0.0.1 and trains the tiny
+model on `parity_env` for 2 steps into a shared run directory; process 0 saves the final params
+next to it.
 
 Usage: python -m tests.tpu.train_worker PROCESS_ID PROCESSES PORT RUN_DIR
 """
@@ -11,6 +12,8 @@ import os
 import sys
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+
+from tests.tpu import parity_env  # noqa: F401 (registers the environment, in pool workers too)
 
 
 def main(process_id: int, processes: int, port: int, run_dir: str) -> None:
