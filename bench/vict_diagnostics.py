@@ -34,7 +34,7 @@ from bench import report
 from prover_jax.credit.outcome import grpo
 from vict_jax import audit as audit_lib
 from vict_jax.diagnostics import diagnostics
-from vict_jax.pipeline import Rollout, batch_inputs, credit_group
+from vict_jax.pipeline import batch_inputs, credit_group, play
 from vict_jax.redistribute import RedistributionConfig, redistribute
 
 GROUP = 8
@@ -60,39 +60,24 @@ PAPER = {
 }
 
 
-def play(env: envs.Env, task: envs.Task, epsilon: float, rng: random.Random) -> Rollout:
-    """One episode of the expert with random actions at rate `epsilon`."""
-    env.reset(task)
-    states, actions, reward = [env.snapshot()], [], 0.0
-    for _ in range(env.max_turns):
-        action = env.random_action(rng) if rng.random() < epsilon else env.expert_action()
-        step = env.step(action)
-        states.append(env.snapshot())
-        actions.append(action)
-        if step.done:
-            reward = step.reward
-            break
-    return Rollout(tuple(states), tuple(actions), reward)
-
-
 def measure(name: str, groups: int, epsilon: float, seed: int = 0) -> dict:
     """Table 5 and 12 numbers of `groups` groups of one environment at one noise level."""
     env, rng = envs.make(name), random.Random(seed)
     tasks = env.tasks(env.splits[0])[:groups]
     played = [[play(env, task, epsilon, rng) for _ in range(GROUP)] for task in tasks]
-    audits, credits = [], []
-    for task, rollouts in zip(tasks, played):
-        verifier = env.verifier(task)
-        rewards = [r.reward for r in rollouts]
-        audits.append(audit_lib.audit(verifier, [r.states[-1] for r in rollouts], rewards))
-        base = grpo(jnp.asarray(rewards, jnp.float32), jnp.zeros(GROUP, jnp.int32))
-        credits.append(credit_group(verifier, rollouts, np.asarray(base)))
     rows = len(tasks) * GROUP
-    num_turns = 1 << (env.max_turns - 1).bit_length()
     group_ids = jnp.asarray(np.repeat(np.arange(len(tasks)), GROUP), jnp.int32)
+    base = grpo(jnp.asarray([r.reward for g in played for r in g], jnp.float32), group_ids)
+    audits, credits = [], []
+    for g, (task, rollouts) in enumerate(zip(tasks, played)):
+        verifier = env.verifier(task)
+        audits.append(audit_lib.audit(verifier, [r.states[-1] for r in rollouts],
+                                      [r.reward for r in rollouts]))
+        credits.append(credit_group(verifier, rollouts,
+                                    np.asarray(base[g * GROUP:(g + 1) * GROUP])))
+    num_turns = 1 << (env.max_turns - 1).bit_length()
     lengths = np.array([len(r.actions) for g in played for r in g])
     turn_valid = np.arange(num_turns)[None, :] < lengths[:, None]
-    base = grpo(jnp.asarray([r.reward for g in played for r in g], jnp.float32), group_ids)
     inputs = batch_inputs(credits, rows, num_turns)
     result = redistribute(base, inputs["marginals"], inputs["eligible"], inputs["omega"],
                           jnp.asarray(turn_valid), group_ids, RedistributionConfig())

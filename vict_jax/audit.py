@@ -15,6 +15,7 @@ from collections.abc import Hashable, Sequence
 
 from envs.base import Env, Task
 from envs.verifier import Verifier, check_atoms
+from vict_jax.pipeline import play
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,19 +76,9 @@ def audit_environment(env: Env, tasks: Sequence[Task], random_rates=(0.0, 0.3, 1
     rng = random.Random(seed)
     results = []
     for task in tasks:
-        states, rewards = [], []
-        for rate in random_rates:
-            env.reset(task)
-            reward = 0.0
-            for _ in range(env.max_turns):
-                action = env.random_action(rng) if rng.random() < rate else env.expert_action()
-                step = env.step(action)
-                if step.done:
-                    reward = step.reward
-                    break
-            states.append(env.snapshot())
-            rewards.append(reward)
-        results.append(audit(env.verifier(task), states, rewards, eta))
+        rollouts = [play(env, task, rate, rng) for rate in random_rates]
+        results.append(audit(env.verifier(task), [r.states[-1] for r in rollouts],
+                             [r.reward for r in rollouts], eta))
     return merge(results)
 
 

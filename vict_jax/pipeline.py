@@ -27,11 +27,13 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import numpy as np
 
+from envs.base import Env, Task
 from envs.verifier import Kind, Status, Verifier
 from vict_jax.core import Attribution, CoreConfig, attribute
 from vict_jax.trace import Trace, proof_graph
@@ -60,6 +62,22 @@ class Rollout:
     states: tuple[Hashable, ...]
     actions: tuple[str, ...]
     reward: float
+
+
+def play(env: Env, task: Task, random_rate: float, rng: random.Random) -> Rollout:
+    """One episode of ``env``'s expert with each action replaced, with probability
+    ``random_rate``, by a random one (`Env.random_action`), to the end or the turn limit."""
+    env.reset(task)
+    states, actions, reward = [env.snapshot()], [], 0.0
+    for _ in range(env.max_turns):
+        action = env.random_action(rng) if rng.random() < random_rate else env.expert_action()
+        step = env.step(action)
+        states.append(env.snapshot())
+        actions.append(action)
+        if step.done:
+            reward = step.reward
+            break
+    return Rollout(tuple(states), tuple(actions), reward)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -159,6 +159,11 @@ class Target:
         """The evidence variable of the rest of the record."""
         return f"{self.table}/{self.key}:rest"
 
+    @property
+    def lookup_var(self) -> str:
+        """The evidence variable of a read call having named the record."""
+        return f"lookup:{self.table}/{self.key}"
+
 
 def _targets(base: Base, changes: Changes) -> tuple[Target, ...]:
     """The records ``changes`` make differ from the base, with their diff paths."""
@@ -266,7 +271,7 @@ class TauVerifier(Verifier):
             if target.rest is not None:
                 lookup[target.table, target.key] = len(atoms)
                 atoms.append(Atom(f"lookup:{target.table}/{target.key}", Kind.EVIDENCE,
-                                  Role.PREREQUISITE, "lookup", (self._lookup_var(target),),
+                                  Role.PREREQUISITE, "lookup", (target.lookup_var,),
                                   (0,), irreversible=True, source="tool calls",
                                   description=f"a read call named {target.key}"))
         confirm = {}
@@ -306,10 +311,6 @@ class TauVerifier(Verifier):
                           description="the user said yes before every write"))
         return tuple(atoms)
 
-    @staticmethod
-    def _lookup_var(target: Target) -> str:
-        return f"lookup:{target.table}/{target.key}"
-
     def evidence(self, state: State) -> dict[str, Hashable]:
         """Φ: the target fields and rests, stray writes, outputs said, truncation, writes."""
         db = Db(self.base, state.changes)
@@ -341,13 +342,13 @@ class TauVerifier(Verifier):
             and self.spec.user_id in turn.obs for turn in state.turns)
         for target in self.targets:
             if target.rest is not None:
-                evidence[self._lookup_var(target)] = any(target.key in r for r in read)
+                evidence[target.lookup_var] = any(target.key in r for r in read)
         return evidence
 
     def evaluate(self, evidence: Mapping[str, Hashable]) -> tuple[Status, ...]:
         """The status of every atom, in atom order."""
         statuses = [SAT if evidence["auth"] else UNSAT]
-        statuses += [SAT if evidence[self._lookup_var(t)] else UNSAT
+        statuses += [SAT if evidence[t.lookup_var] else UNSAT
                      for t in self.targets if t.rest is not None]
         made = evidence["writes"]
         for _, name, primary in self.writes_expected:
