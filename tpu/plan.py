@@ -250,8 +250,10 @@ def model_config(name: str) -> QwenConfig:
                      f"folder with a config.json")
 
 
-def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload, chip: str) -> str:
-    """A markdown table of the plan with and without remat, GiB per device."""
+def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload,
+          chips: tuple[str, ...] = tuple(CHIPS)) -> str:
+    """A markdown table of the plan with and without remat, GiB per device, ending with one
+    line per chip in `chips`: whether each column's total fits in `HEADROOM` of its memory."""
     rows = {remat: plan(cfg, mesh, devices, dataclasses.replace(work, remat=remat))
             for remat in (True, False)}
     setup = (f"mesh {mesh.describe()} on {devices} devices; {work.rows} rows x {work.length} "
@@ -260,10 +262,10 @@ def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload, chip:
     lines = [setup, "", "| per device (GiB) | remat | no remat |", "|---|---:|---:|"]
     for name in rows[True]:
         lines.append(f"| {name} | {rows[True][name] / GiB:.2f} | {rows[False][name] / GiB:.2f} |")
-    capacity = CHIPS[chip] / GiB
-    verdict = {r: "fits" if fits(rows[r]["total"], chip) else "does not fit" for r in rows}
-    lines.append(f"| {chip} ({capacity:.0f} GiB, {HEADROOM:.0%} usable) | {verdict[True]} | "
-                 f"{verdict[False]} |")
+    for chip in chips:
+        verdict = {r: "fits" if fits(rows[r]["total"], chip) else "does not fit" for r in rows}
+        lines.append(f"| {chip} ({CHIPS[chip] / GiB:.0f} GiB, {HEADROOM:.0%} usable) | "
+                     f"{verdict[True]} | {verdict[False]} |")
     return "\n".join(lines)
 
 
@@ -273,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                         "local model folder")
     parser.add_argument("--mesh", default="fsdp=-1", help="axis sizes, e.g. data=2,fsdp=4,model=1")
     parser.add_argument("--devices", type=int, default=8, help="devices the mesh spans")
-    parser.add_argument("--chip", default="v5p", choices=sorted(CHIPS))
+    parser.add_argument("--chip", choices=sorted(CHIPS),
+                        help="say whether the plan fits this chip only (default: every chip)")
     defaults = Workload()
     for field in dataclasses.fields(Workload):
         if field.name == "remat":
@@ -291,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                            if f.name != "remat"})
         print(f"{args.model}: {param_elements(cfg, LEARNER_RULES, dict.fromkeys(AXES, 1)):,} "
               "parameters")
-        print(table(cfg, mesh, args.devices, work, args.chip))
+        print(table(cfg, mesh, args.devices, work,
+                    (args.chip,) if args.chip else tuple(CHIPS)))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

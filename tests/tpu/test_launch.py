@@ -104,3 +104,37 @@ def test_missing_settings_are_errors(capsys):
     assert "copy: --config is required" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--name is required"):
         launch.Target("", "z")
+
+
+@pytest.mark.parametrize("step", ["create", "train"])
+def test_a_misspelt_flag_is_a_usage_error_and_runs_nothing(gcloud, capsys, step):
+    with pytest.raises(SystemExit) as raised:
+        main([step, *TARGET, "--acelerator-type", "v4-8"])
+    assert raised.value.code == 2
+    assert "unrecognized arguments: --acelerator-type v4-8" in capsys.readouterr().err
+    assert gcloud() == []  # the default VM was not created, nor the trainer started
+
+
+def test_the_trainer_gets_exactly_what_follows_the_separator(gcloud):
+    trainer = ["--steps", "5", "--set", "sampling.temperature=0.7"]
+    assert main(["train", *TARGET, "--", *trainer]) == 0
+    assert gcloud() == [[*TPU, "ssh", "rl-1", "--worker=all",
+                         ("--command=cd ~ && nohup python3 -m tpu.train --config run/config.yaml "
+                          "--run-dir run/out --steps 5 --set sampling.temperature=0.7 > "
+                          "run/train.log 2>&1 < /dev/null &"), *WHERE]]
+
+
+def test_up_passes_the_trainer_arguments_to_its_train_command(gcloud, capsys):
+    assert main(["up", *TARGET, "--config", "c.yaml", "--dry-run", "--", "--steps", "5"]) == 0
+    assert gcloud() == []
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "python3 -m tpu.train --config run/config.yaml --run-dir run/out --steps 5 >" in last
+
+
+@pytest.mark.parametrize("step", ["create", "copy", "logs", "fetch", "delete"])
+def test_trainer_arguments_elsewhere_are_a_usage_error(gcloud, capsys, tmp_path, step):
+    with pytest.raises(SystemExit) as raised:
+        main([step, *TARGET, "--config", str(tmp_path / "c.yaml"), "--", "--steps", "5"])
+    assert raised.value.code == 2
+    assert f"{step} takes no trainer arguments" in capsys.readouterr().err
+    assert gcloud() == []

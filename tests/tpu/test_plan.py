@@ -85,3 +85,27 @@ def test_command_line(capsys):
     assert "needs 16 devices" in capsys.readouterr().err
     assert plan.main(["--model", "no-such-model"]) == 2
     assert "neither a preset" in capsys.readouterr().err
+
+
+def verdicts(out: str) -> dict[str, list[str]]:
+    """The table's chip lines: first cell -> [remat, no remat]."""
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in out.splitlines() if line.startswith("| ")]
+    return {row[0]: row[1:] for row in rows if row[0].split(" (")[0] in plan.CHIPS}
+
+
+def test_command_line_says_whether_it_fits_every_chip(capsys):
+    args = ["--model", "qwen3-8b", "--mesh", "fsdp=-1", "--devices", "8"]
+    assert plan.main(args) == 0
+    lines = verdicts(capsys.readouterr().out)
+    # GiB: 32, 16, 95, 32; H100 80e9 / 2**30 = 74.5 and H200 141e9 / 2**30 = 131.3
+    assert list(lines) == ["v4 (32 GiB, 90% usable)", "v5e (16 GiB, 90% usable)",
+                           "v5p (95 GiB, 90% usable)", "v6e (32 GiB, 90% usable)",
+                           "h100 (75 GiB, 90% usable)", "h200 (131 GiB, 90% usable)"]
+    cfg = plan.model_config("qwen3-8b")
+    totals = [plan.plan(cfg, MeshConfig(fsdp=-1), 8, plan.Workload(remat=remat))["total"]
+              for remat in (True, False)]
+    for line, chip in zip(lines.values(), plan.CHIPS):
+        assert line == ["fits" if plan.fits(total, chip) else "does not fit" for total in totals]
+    assert plan.main([*args, "--chip", "v5e"]) == 0
+    assert list(verdicts(capsys.readouterr().out)) == ["v5e (16 GiB, 90% usable)"]

@@ -7,11 +7,15 @@ Steps, each a short sequence of `gcloud` commands (and one local `git archive`):
   ``tpu`` extra (``pip install -e 'prover-jax[tpu]'``);
 - ``copy``: a config file and, if given, a local model folder to ``~/run/`` on every worker;
 - ``train``: ``python -m tpu.train`` started on all workers at once (``--worker=all``), in the
-  background, logging to ``~/run/train.log``;
+  background, logging to ``~/run/train.log``, with the arguments after ``--`` appended
+  (``-- --steps 5 --set sampling.temperature=0.7``);
 - ``logs``: follow worker 0's log;
 - ``fetch``: copy the run directory from worker 0;
 - ``delete``: delete the VM;
-- ``up``: create, install, copy and train.
+- ``up``: create, install, copy and train (also takes trainer arguments after ``--``).
+
+An unknown option is a usage error (status 2) before anything runs, and so is ``--`` after a
+step other than ``train`` and ``up``: nothing reaches the trainer except what follows ``--``.
 
 ``--dry-run`` prints the commands and runs none. Otherwise they run one after another and the
 first that fails stops the step, with its exit status.
@@ -49,7 +53,7 @@ class Target:
     config: str | None = None  # a training config (YAML) to copy
     model: str | None = None  # a local model folder to copy
     run_dir: str = f"{REMOTE_RUN}/out"  # on the workers, relative to home
-    train_args: tuple[str, ...] = ()  # more arguments for prover_jax.train
+    train_args: tuple[str, ...] = ()  # more arguments for tpu.train
     local_dir: str = "."  # where fetch puts the run directory
     tarball: str = f"/tmp/{TARBALL}"
 
@@ -138,6 +142,7 @@ def up(target: Target) -> list[Command]:
 STEPS: dict[str, Callable[[Target], list[Command]]] = {
     "create": create, "install": install, "copy": copy, "train": train, "logs": logs,
     "fetch": fetch, "delete": delete, "up": up}
+TRAINER_STEPS = frozenset({"train", "up"})  # the steps that pass `Target.train_args` on
 
 
 def execute(commands: Sequence[Command], dry_run: bool, echo=print,

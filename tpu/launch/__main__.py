@@ -1,4 +1,9 @@
-"""``python -m tpu.launch STEP --name NAME --zone ZONE [options]``: see `tpu.launch`."""
+"""``python -m tpu.launch STEP --name NAME --zone ZONE [options] [-- TRAINER ARGS]``: see
+`tpu.launch`.
+
+The options are parsed strictly, so that a misspelt flag fails here, before a VM is created,
+rather than in the trainer on the workers. The trainer gets exactly what follows ``--``.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ from collections.abc import Sequence
 from tpu import launch
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tpu.launch",
-                                     description=launch.__doc__.split("\n")[0])
+                                     description=launch.__doc__.split("\n")[0],
+                                     usage="%(prog)s STEP --name NAME --zone ZONE [options] "
+                                           "[-- TRAINER ARGS]")
     parser.add_argument("step", choices=sorted(launch.STEPS))
     parser.add_argument("--name", required=True, help="the TPU VM's name")
     parser.add_argument("--zone", required=True)
@@ -27,13 +34,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "slice)")
     parser.add_argument("--local-dir", default=".", help="where fetch puts the run directory")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
-    args, train_args = parser.parse_known_args(argv)
+    return parser
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """The launcher's arguments, and the trainer's: all after the first ``--`` (None when there
+    is no ``--``)."""
+    if "--" not in argv:
+        return argv, None
+    at = argv.index("--")
+    return argv[:at], argv[at + 1:]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, train_args = _split(list(sys.argv[1:] if argv is None else argv))
+    parser = _parser()
+    args, unknown = parser.parse_known_args(options)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)} (trainer arguments go "
+                     "after --)")
+    if train_args is not None and args.step not in launch.TRAINER_STEPS:
+        parser.error(f"{args.step} takes no trainer arguments (after --)")
     try:
         target = launch.Target(
             name=args.name, zone=args.zone, project=args.project,
             accelerator_type=args.accelerator_type, version=args.version, spot=args.spot,
             config=args.config, model=args.model, run_dir=args.run_dir,
-            train_args=tuple(train_args), local_dir=args.local_dir)
+            train_args=tuple(train_args or ()), local_dir=args.local_dir)
         commands = launch.STEPS[args.step](target)
     except ValueError as error:
         parser.error(str(error))
