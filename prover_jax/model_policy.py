@@ -38,8 +38,10 @@ from models.qwen import QwenConfig, kv_cache
 from models.qwen.chat import END_OF_TURN, AgentFormat
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
+from prover_jax.checks import check_choice
 from prover_jax.rollout import Action, Episode, Policy
 
+SAMPLING_DTYPES = ("float32", "bfloat16")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
@@ -49,7 +51,8 @@ class SamplingConfig:
     """How the policy samples (temperature 0 is greedy).
 
     ``max_context`` caps an episode's token stream (None: the model's
-    ``max_position_embeddings``). ``reuse_cache=False`` prefills every episode's whole stream
+    ``max_position_embeddings``). ``dtype`` is that of the weights and the KV cache while
+    sampling ("bfloat16" halves both; the log-probabilities stay float32). ``reuse_cache=False`` prefills every episode's whole stream
     into a fresh cache at every turn (the reference path: same tokens, quadratic cost).
     """
 
@@ -60,8 +63,10 @@ class SamplingConfig:
     min_prompt_tokens: int = 64  # the smallest bucket of new tokens per call
     max_context: int | None = None
     reuse_cache: bool = True
+    dtype: str = "float32"
 
     def __post_init__(self):
+        check_choice("sampling.dtype", self.dtype, SAMPLING_DTYPES)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
@@ -156,9 +161,10 @@ class ModelPolicy(Policy):
 
     def __init__(self, params, cfg: QwenConfig, tokenizer, system: str,
                  sampling: SamplingConfig | None = None, **template_kwargs):
-        self.params = sampling_params(params, cfg)
-        self.cfg, self.tokenizer, self.system = cfg, tokenizer, system
         self.sampling = sampling or SamplingConfig()
+        self.params = sampling_params(
+            jax.tree.map(lambda p: p.astype(self.sampling.dtype), params), cfg)
+        self.cfg, self.tokenizer, self.system = cfg, tokenizer, system
         self.format = AgentFormat(tokenizer, system, **template_kwargs)
         self.max_context = self.sampling.max_context or cfg.max_position_embeddings
         if self.max_context > cfg.max_position_embeddings:
@@ -249,7 +255,7 @@ class ModelPolicy(Policy):
         if s.reuse_cache:
             self._make_room(rows, emptied, head_len + tail_len + s.max_new_tokens)
         else:
-            self._cache = kv_cache.empty(self.cfg, rows, tail_len + s.max_new_tokens)
+            self._cache = kv_cache.empty(self.cfg, rows, tail_len + s.max_new_tokens, s.dtype)
         if distinct:
             self._prefill_shared(rows, distinct, new, fresh, head_len)
         tokens = np.full((rows, tail_len), self.pad_id, np.int32)
@@ -274,7 +280,8 @@ class ModelPolicy(Policy):
     def _make_room(self, rows: int, emptied: list[int], needed: int) -> None:
         """Empties rows and makes `needed` free slots after the cache's length."""
         if self._cache is None:
-            self._cache = kv_cache.empty(self.cfg, rows, bucket(needed))
+            self._cache = kv_cache.empty(self.cfg, rows, bucket(needed),
+                                         self.sampling.dtype)
             return
         if emptied:
             self._cache = kv_cache.reset_rows(self._cache,

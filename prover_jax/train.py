@@ -444,8 +444,9 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             seed, next_key = step_seed(state.rng)
             position = int(state.data_position)
             chosen = [task_at(tasks, position + g, config.seed) for g in mine]
-            policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh), cfg, tokenizer,
-                                 system, config.sampling)
+            policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh,
+                                            config.sampling.dtype),
+                                 cfg, tokenizer, system, config.sampling)
             groups, trees = roll_out(config, pool, policy, chosen,
                                      [group_rng(seed, g, "rollout") for g in mine], step)
             batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings,
@@ -473,7 +474,7 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             laps.lap("checkpoint")
             evaluation = {}
             if config.eval_every and (step + 1) % config.eval_every == 0:
-                sampler = to_sampler(state.params, cfg, learner.mesh)
+                sampler = to_sampler(state.params, cfg, learner.mesh, config.sampling.dtype)
                 if distributed.is_main():  # one process evaluates, with its own copy
                     evaluation = held_out(config, pool, sampler, cfg, tokenizer, env)
                 del sampler

@@ -14,6 +14,10 @@ os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
                       "--xla_cpu_multi_thread_eigen=false")
     if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]).strip()
 
+# libtpu (the tpu extra) is installed for tests/tpu/test_compile.py, which compiles for TPU
+# topologies without a TPU; the tests themselves run on the CPU backend
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 

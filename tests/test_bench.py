@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,15 @@ def test_vict_diagnostics_bench_runs():
     assert row["atoms"] >= 3 and 0 <= row["sparsity"] <= 100 and 0 <= row["trigger"] <= 100
     lines = bench.tables([row]).splitlines()
     assert "| ALFWorld (paper) | | | 5.8 |" in lines[4] and lines[5].startswith("| household |")
+
+
+def test_device_bench_runs_tiny(tmp_path):
+    bench = load_bench("device")
+    bench.main(["--tiny", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "device.json").read_text())["results"]
+    assert result["tiny"] and result["learner"]["tokens_per_s"] > 0
+    assert [r["rows"] for r in result["decode"]] == list(bench.TINY.decode_rows)
+    assert all(r["tokens_per_s"] > 0 for r in result["decode"])
+    steps = result["trainer"]["steps"]
+    assert [s["step"] for s in steps] == [0, 1]
+    assert all(s[f"{phase}_s"] > 0 for s in steps for phase in ("rollout", "credit", "learner"))

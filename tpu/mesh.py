@@ -135,9 +135,37 @@ def row_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(*([None] * leading), BATCH_AXES))
 
 
-def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
+def cache_shardings(cache, mesh: Mesh):
+    """A `models.qwen.Cache`-shaped tree of NamedShardings for the sampler on `mesh`: rows over
+    the batch axes and kv heads (Gated DeltaNet value heads) over "model", each where it divides
+    evenly (else that dimension is replicated). `cache` may hold arrays or ShapeDtypeStructs,
+    with keys and values stacked [n_full, B, K, S, E] or per layer [B, K, S, E]."""
+    shards = batch_shards(mesh)
+
+    def spec(x, row_axis: int, head_axis: int | None = None) -> NamedSharding:
+        axes = [None] * len(x.shape)
+        if x.shape[row_axis] % shards == 0:
+            axes[row_axis] = BATCH_AXES
+        if head_axis is not None and x.shape[head_axis] % mesh.shape["model"] == 0:
+            axes[head_axis] = "model"
+        return NamedSharding(mesh, PartitionSpec(*axes))
+
+    def keys(x):
+        stacked = len(x.shape) == 5
+        return spec(x, int(stacked), 1 + int(stacked))
+
+    per_layer = isinstance(cache.k, tuple)
+    return cache._replace(
+        k=tuple(map(keys, cache.k)) if per_layer else keys(cache.k),
+        v=tuple(map(keys, cache.v)) if per_layer else keys(cache.v),
+        valid=spec(cache.valid, 0), length=NamedSharding(mesh, PartitionSpec()),
+        history=spec(cache.history, 1), state=spec(cache.state, 1, 2))
+
+
+def to_sampler(params, cfg: QwenConfig, mesh: Mesh, dtype=None):
     """The params pytree resharded to `SAMPLER_RULES` on `mesh`, device to device (no host
-    copy): weights replicated over the batch axes, split over "model".
+    copy): weights replicated over the batch axes, split over "model"; cast to `dtype` (None:
+    as they are) on the way.
 
     With several processes every process samples its own rollouts, so it gets its own copy:
     the params come back as single-device arrays on its first device, taken from its shards of
@@ -148,6 +176,8 @@ def to_sampler(params, cfg: QwenConfig, mesh: Mesh):
         slice of the weights).
     """
     shardings = param_shardings(cfg, mesh, SAMPLER_RULES)
+    if dtype is not None:
+        params = jax.tree.map(lambda p: p.astype(dtype), params)
     if jax.process_count() == 1:
         return jax.device_put(params, shardings)  # no copy of what is already in place
     if mesh.shape["model"] > 1:

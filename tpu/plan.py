@@ -40,15 +40,14 @@ import jax
 from models import qwen
 from models.qwen.config import QwenConfig
 from models.qwen.params import ArrayInfo
+from tpu import roofline
 from tpu.mesh import AXES, BATCH_AXES, LEARNER_RULES, SAMPLER_RULES, MeshConfig, parse
 
 GiB = 2**30
 
 # High-bandwidth memory per chip, bytes.
-CHIPS: Mapping[str, int] = {
-    "v4": 32 * GiB, "v5e": 16 * GiB, "v5p": 95 * GiB, "v6e": 32 * GiB,
-    "h100": 80 * 10**9, "h200": 141 * 10**9,
-}
+CHIPS: Mapping[str, int] = {name: chip.hbm_bytes for name, chip in roofline.CHIPS.items()}
+BAND = 1.15  # plan / compiler: the planner is conservative, by at most this much
 HEADROOM = 0.9  # share of a chip's memory a plan may fill (XLA and the runtime need the rest)
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -98,7 +97,9 @@ class Workload:
     micro_batches: int = 8
     prompt: int = 2048
     response: int = 512
-    sampler_rows: int = 128  # rows the sampler decodes at once
+    sampler_rows: int = 128  # rows the sampler decodes at once (over all hosts)
+    group_size: int = 8  # rows that share a prompt, prefilled once
+    turn_tokens: int = 128  # new tokens a turn prefills before generating (an observation)
     compute_dtype: str = "bfloat16"
     sampler_dtype: str = "bfloat16"
     remat: bool = True
@@ -107,9 +108,9 @@ class Workload:
 
     def __post_init__(self):
         if min(self.rows, self.micro_batches, self.prompt + self.response, self.sampler_rows,
-               self.logits_chunk) < 1:
-            raise ValueError("rows, micro_batches, prompt + response, sampler_rows and "
-                             "logits_chunk must be >= 1")
+               self.group_size, self.turn_tokens, self.logits_chunk) < 1:
+            raise ValueError("rows, micro_batches, prompt + response, sampler_rows, group_size, "
+                             "turn_tokens and logits_chunk must be >= 1")
         for name in ("compute_dtype", "sampler_dtype"):
             if getattr(self, name) not in DTYPE_BYTES:
                 raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}")
@@ -170,13 +171,28 @@ def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) 
     return layers + logits
 
 
-def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
+def sampler_view(work: Workload, sizes: Mapping[str, int], hosts: int
+                 ) -> tuple[int, dict[str, int]]:
+    """(rows on one device, mesh sizes) of the sampler: on one host the learner's mesh with
+    rows over the batch axes; on several, each host's rows on one chip (`tpu.mesh.to_sampler`)."""
+    if hosts > 1:
+        return math.ceil(work.sampler_rows / hosts), dict.fromkeys(AXES, 1)
+    return math.ceil(work.sampler_rows / math.prod(sizes[a] for a in BATCH_AXES)), dict(sizes)
+
+
+def cache_slots(work: Workload) -> int:
+    """Slots per row of the sampler's cache: the prompt, a turn's new tokens, the response."""
+    return work.prompt + work.turn_tokens + work.response
+
+
+def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts: int = 1
+                ) -> float:
     """The sampler's KV cache (and Gated DeltaNet state) for its rows, one device."""
-    shards = math.prod(sizes[a] for a in BATCH_AXES)
-    rows, model = math.ceil(work.sampler_rows / shards), sizes["model"]
+    rows, sizes = sampler_view(work, sizes, hosts)
+    model = sizes["model"]
     sb = DTYPE_BYTES[work.sampler_dtype]
     kv = _split(cfg.num_kv_heads, model)
-    attention = cfg.num_full * 2 * rows * kv * work.length * cfg.head_dim * sb
+    attention = cfg.num_full * 2 * rows * kv * cache_slots(work) * cfg.head_dim * sb
     linear = 0.0
     if cfg.num_linear:
         heads = _split(cfg.linear_num_value_heads, model)
@@ -184,6 +200,13 @@ def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> fl
         history = (cfg.linear_conv_kernel - 1) * _split(cfg.linear_conv_dim, model) * sb
         linear = cfg.num_linear * rows * (state + history)
     return attention + linear
+
+
+def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int],
+                             hosts: int = 1) -> float:
+    """The sampler's temporaries, one device: the larger of the prefill's and a turn's."""
+    del cfg, work, sizes, hosts
+    return 0.0
 
 
 def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:
@@ -201,8 +224,14 @@ def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:
     return 4.0 * (layers / cfg.num_layers + embedding + untied + head)
 
 
-def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = Workload()
-         ) -> dict[str, float]:
+LEARNER_LINES = ("params", "optimizer", "gradients", "compute copy", "gathered weights",
+                 "activations")
+SAMPLER_LINES = ("kv cache", "sampler copy", "sampler activations")
+STATE_LINES = ("params", "optimizer")  # what stays on the devices while the sampler runs
+
+
+def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = Workload(),
+         hosts: int = 1) -> dict[str, float]:
     """name -> bytes per device of every line of the module docstring, and "total".
 
     Raises:
@@ -223,11 +252,14 @@ def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = 
         "compute copy": 0.0 if cb == 4 else float(params * cb),
         "gathered weights": gathered_bytes(cfg, sizes),
         "activations": activation_bytes(cfg, work, sizes),
-        "kv cache": cache_bytes(cfg, work, sizes),
-        "sampler copy": param_elements(cfg, SAMPLER_RULES, sizes)
+        "kv cache": cache_bytes(cfg, work, sizes, hosts),
+        "sampler copy": param_elements(cfg, SAMPLER_RULES, sampler_view(work, sizes, hosts)[1])
         * float(DTYPE_BYTES[work.sampler_dtype]),
+        "sampler activations": sampler_activation_bytes(cfg, work, sizes, hosts),
     }
-    out["total"] = sum(out.values())
+    learner = sum(out[name] for name in LEARNER_LINES)
+    rollout = sum(out[name] for name in STATE_LINES + SAMPLER_LINES)
+    out["total"] = max(learner, rollout)
     return out
 
 
@@ -269,6 +301,26 @@ def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload,
     return "\n".join(lines)
 
 
+def add_workload_flags(parser: argparse.ArgumentParser, remat: bool = True) -> None:
+    """A flag per `Workload` field (``--micro-batches 8``, ``--no-recompute-logits``), with its
+    default; ``--remat`` only when `remat`."""
+    defaults = Workload()
+    for field in dataclasses.fields(Workload):
+        if field.name == "remat" and not remat:
+            continue
+        flag, default = "--" + field.name.replace("_", "-"), getattr(defaults, field.name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+
+
+def workload_from_flags(args: argparse.Namespace) -> Workload:
+    """The Workload of `add_workload_flags`' flags (remat: the default when it has none)."""
+    return Workload(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Workload)
+                       if hasattr(args, f.name)})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpu.plan", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help=f"a preset ({', '.join(PRESETS)}) or a "
@@ -277,21 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=8, help="devices the mesh spans")
     parser.add_argument("--chip", choices=sorted(CHIPS),
                         help="say whether the plan fits this chip only (default: every chip)")
-    defaults = Workload()
-    for field in dataclasses.fields(Workload):
-        if field.name == "remat":
-            continue
-        flag, default = "--" + field.name.replace("_", "-"), getattr(defaults, field.name)
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        else:
-            parser.add_argument(flag, type=type(default), default=default)
+    add_workload_flags(parser, remat=False)
     args = parser.parse_args(argv)
     try:
         cfg = model_config(args.model)
         mesh = parse(args.mesh)
-        work = Workload(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Workload)
-                           if f.name != "remat"})
+        work = workload_from_flags(args)
         print(f"{args.model}: {param_elements(cfg, LEARNER_RULES, dict.fromkeys(AXES, 1)):,} "
               "parameters")
         print(table(cfg, mesh, args.devices, work,

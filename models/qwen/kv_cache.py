@@ -30,10 +30,12 @@ from models.qwen.config import QwenConfig
 from models.qwen.model import Cache, forward, init_cache
 
 
-def empty(cfg: QwenConfig, batch: int, slots: int, dtype=jnp.float32) -> Cache:
-    """An empty cache of `batch` rows and `slots` slots; keys and values per layer on CPU."""
+def empty(cfg: QwenConfig, batch: int, slots: int, dtype=jnp.float32,
+          platform: str | None = None) -> Cache:
+    """An empty cache of `batch` rows and `slots` slots for `platform` (default: the default
+    backend's): keys and values per layer on CPU, stacked elsewhere."""
     cache = init_cache(cfg, batch, slots, dtype)
-    if jax.default_backend() != "cpu":
+    if (platform or jax.default_backend()) != "cpu":
         return cache
     return cache._replace(k=tuple(cache.k), v=tuple(cache.v))
 

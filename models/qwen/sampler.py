@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from models.qwen.config import QwenConfig
 from models.qwen.model import Cache, check_token_ids, forward, unstack_layers
+from models.qwen.platform import platform_of
 
 # XLA:CPU's YNNPACK fusions run the decode step's [B, D] x [D, N] matmuls at about two thirds of
 # the speed of its default dot (16 MLPs at batch 8: 9.5 vs 6.5 ms; a 55M Qwen3 decode step: 15.5
@@ -34,20 +35,20 @@ DECODE_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 def sampling_params(params, cfg: QwenConfig):
-    """The params laid out as `generate` runs fastest on this backend (a pytree of the same
-    arrays or of copies). `generate` accepts either layout; preparing the params once per weight
+    """The params laid out as `generate` runs fastest on their devices' platform (a pytree of
+    the same arrays or of copies; `platform.platform_of`). `generate` accepts either layout; preparing the params once per weight
     update saves the copies in every call.
 
     On CPU: every layer's weights as separate arrays (`unstack_layers`) and, when the model ties
     its embeddings, the LM head as its own [D, V] array (a transposed copy of the embedding):
     XLA:CPU runs a decode step's [B, D] x [D, V] matmul against the [V, D] embedding ~5x slower
     than against a [D, V] array (a 55M tied Qwen3 at batch 8: 33 ms per step vs 14 ms). Other
-    backends: the params as they are.
+    platforms: the params as they are.
 
     For sampling only: the copies do not follow later changes to the params, gradients would
     reach the head's copy instead of the embedding, and `save` refuses the layout.
     """
-    if jax.default_backend() != "cpu":
+    if platform_of(params) != "cpu":
         return params
     if not isinstance(params["layers"], tuple):
         params = unstack_layers(params)
@@ -207,7 +208,7 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
                       temperature: jax.Array = 1.0, top_k: jax.Array = 0,
                       top_p: jax.Array = 1.0, pad_id: int | jax.Array = 0) -> Sampled:
     """`generate` compiled, without the host-side check of the prompt (see `generate`)."""
-    restack = jax.default_backend() == "cpu" and not isinstance(cache.k, tuple)
+    restack = platform_of(cache.valid) == "cpu" and not isinstance(cache.k, tuple)
     params = sampling_params(params, cfg)
     if restack:
         cache = cache._replace(k=tuple(cache.k), v=tuple(cache.v))

@@ -41,8 +41,9 @@ def test_state_lines_are_the_learner_state_shards(name, mesh):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_cache_line_is_the_sampler_cache(name):
     cfg = CONFIGS[name]
-    work = plan.Workload(rows=4, micro_batches=1, prompt=20, response=12, sampler_rows=4)
-    cache = qwen.init_cache(cfg, 4, work.length, jnp.bfloat16)
+    work = plan.Workload(rows=4, micro_batches=1, prompt=20, response=12, sampler_rows=4,
+                         turn_tokens=8)
+    cache = qwen.init_cache(cfg, 4, 20 + 8 + 12, jnp.bfloat16)  # prompt, a turn, a reply
     arrays = (cache.k, cache.v, cache.history, cache.state)
     assert plan.plan(cfg, MeshConfig(), 8, work)["kv cache"] == sum(x.nbytes for x in arrays)
 

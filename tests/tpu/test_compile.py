@@ -1,0 +1,174 @@
+"""tpu.compile and tpu.topology: the TPU compiler run ahead of time on slices without a TPU.
+
+Needs libtpu (the ``tpu`` extra, installed by the test extras); the CPU backend stays the
+default, so the rest of the suite is unchanged. Small Qwen3 and Qwen3.5 models compile for a
+one-host v5e slice and a two-host v5p slice: the programs take the TPU path, the weights are
+sharded as the rules say (the compiler's argument bytes equal the planner's exact lines), and the
+memory stays within the planner's band.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from models import qwen
+from models.qwen import kv_cache, sampler
+from models.qwen.sharding import param_shardings
+from tests.tpu.test_mesh import CONFIGS
+from tpu import compile as tpu_compile
+from tpu import plan, topology
+from tpu.mesh import SAMPLER_RULES, MeshConfig, build_mesh
+
+pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu) to compile for TPU")
+
+WORK = plan.Workload(rows=8, micro_batches=2, prompt=48, response=16, sampler_rows=8,
+                     group_size=2, turn_tokens=16, logits_chunk=16)
+
+
+@pytest.mark.parametrize(("name", "family", "shape", "hosts", "gcloud"), [
+    ("v5e-8", "v5e", (2, 4), 1, "v5litepod-8"),
+    ("v5litepod-16", "v5e", (4, 4), 4, "v5litepod-16"),
+    ("v6e-8", "v6e", (2, 4), 1, "v6e-8"),
+    ("v4-32", "v4", (2, 2, 4), 4, "v4-32"),  # 32 TensorCores, 16 chips
+    ("v5p-32", "v5p", (2, 2, 4), 4, "v5p-32"),
+    ("v5p-128", "v5p", (4, 4, 4), 16, "v5p-128"),
+    ("v5p:2x4x4", "v5p", (2, 4, 4), 8, "v5p-64"),
+])
+def test_slice_names(name, family, shape, hosts, gcloud):
+    spec = topology.parse_slice(name)
+    assert (spec.family, spec.shape, spec.hosts, spec.accelerator_type) == (
+        family, shape, hosts, gcloud)
+
+
+@pytest.mark.parametrize(("name", "error"), [
+    ("v7x-8", "FAMILY-COUNT"), ("v5p-12", "power of two"), ("v4-7", "multiple"),
+    ("v5e:2x2x2", "2 dimensions"), ("v5p-2", "start at 4 chips")])
+def test_bad_slice_names_say_why(name, error):
+    with pytest.raises(ValueError, match=error):
+        topology.parse_slice(name)
+
+
+def test_devices_are_the_slices_chips_and_hosts():
+    devices = topology.devices("v5p-16")  # 2x2x2: two hosts of 2x2x1
+    assert len(devices) == 8 and {d.platform for d in devices} == {"tpu"}
+    assert sorted({d.process_index for d in devices}) == [0, 1]
+    assert jax.default_backend() == "cpu"  # compiling for a TPU leaves the backend alone
+
+
+def lowered_generate(cfg, devices):
+    """`compiled_generate` lowered for abstract params and cache on a mesh of `devices`."""
+    mesh = build_mesh(MeshConfig(fsdp=-1), devices)
+    params = tpu_compile._abstract(qwen.abstract(cfg), param_shardings(cfg, mesh, SAMPLER_RULES))
+    platform = devices[0].platform
+    cache = jax.eval_shape(lambda: kv_cache.empty(cfg, 4, 24, platform=platform))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    cache = tpu_compile._abstract(cache, jax.tree.map(lambda _: replicated, cache))
+
+    def spec(shape, dtype=jnp.int32):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
+
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    return sampler.compiled_generate.lower(
+        params, cfg, spec((4, 8)), spec((4, 8)), cache, spec((), key.dtype), max_tokens=8,
+        max_new_tokens=spec(()), stop_tokens=spec((1,)), temperature=spec((), jnp.float32),
+        top_k=spec(()), top_p=spec((), jnp.float32))
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_program_for_tpu_takes_the_tpu_path(name):
+    cfg = CONFIGS[name]
+    on_cpu = lowered_generate(cfg, jax.devices()[:4]).as_text()
+    on_tpu = lowered_generate(cfg, topology.devices("v5e:2x2")).as_text()
+    # XLA:CPU's layouts: the per-layer weights, the head's transposed copy and keys-major
+    # scores behind optimization barriers; none of that on TPU
+    assert "optimization_barrier" in on_cpu
+    assert "optimization_barrier" not in on_tpu
+    assert on_tpu.count("stablehlo.while") == on_cpu.count("stablehlo.while")
+
+
+@pytest.fixture(scope="module", params=[("qwen3", "v5e:2x2", MeshConfig(fsdp=2, model=2)),
+                                        ("qwen3_5", "v5p-16", MeshConfig(fsdp=-1))],
+                ids=["qwen3-v5e-2x2", "qwen3_5-v5p-16-two-hosts"])
+def report(request):
+    name, topology_name, mesh = request.param
+    setup = tpu_compile.Setup(name, CONFIGS[name], topology.parse_slice(topology_name), mesh,
+                              WORK)
+    return tpu_compile.compile_setup(setup)
+
+
+def test_every_program_compiles_with_the_planned_shardings(report):
+    planned, setup = report.planned, report.setup
+    # the learner's state is exactly the params and AdamW moments sharded by the rules
+    assert report.state == pytest.approx(planned["params"] + planned["optimizer"], rel=0.01)
+    # a turn's arguments: the sampler's weights (split over "model", whole on a sampler host),
+    # its cache (rows over the batch axes) and small inputs
+    turn = report.program("sampler turn")
+    exact = planned["sampler copy"] + planned["kv cache"]
+    assert exact <= turn.argument <= exact + 4096
+    if setup.slice.hosts == 1:
+        replicated = plan.param_elements(setup.cfg, SAMPLER_RULES, {"data": 1, "fsdp": 1,
+                                                                    "model": 1})
+        assert planned["sampler copy"] < replicated * 2  # bf16, and split two ways
+        assert turn.collectives["all-reduce"][0] > 0  # tensor parallel: partial sums combined
+    learner = report.program("learner step")
+    assert learner.collectives["all-gather"][0] > 0  # FSDP gathers each layer's weights
+    assert learner.alias > 0.9 * report.state  # the state is donated and updated in place
+
+
+def test_memory_within_the_plans_band(report):
+    learner = sum(report.planned[name] for name in plan.LEARNER_LINES)
+    sampler_lines = sum(report.planned[name] for name in plan.SAMPLER_LINES)
+    assert 1.0 <= learner / report.learner_peak <= plan.BAND
+    assert 1.0 <= sampler_lines / report.sampler_peak <= plan.BAND
+    assert report.fits
+    text = tpu_compile.render(report)
+    assert "**fits**" in text and "| learner step |" in text and "MFU <=" in text
+
+
+def test_collectives_are_read_from_the_hlo():
+    hlo = """
+  %all-gather-start.1 = (bf16[8,256]{1,0}, bf16[32,256]{1,0}) all-gather-start(%p), dims={0}
+  %all-gather-done.1 = bf16[32,256]{1,0} all-gather-done(%all-gather-start.1)
+  ROOT %all-reduce.2 = (f32[4]{0}, f32[2,2]{1,0}) all-reduce(%a, %b), to_apply=%add
+  %reduce-scatter = f32[16]{0} reduce-scatter(%c), dimensions={0}
+"""
+    found = tpu_compile.collectives(hlo)
+    assert found["all-gather"] == (1, 32 * 256 * 2)
+    assert found["all-reduce"] == (1, (4 + 4) * 4)
+    assert found["reduce-scatter"] == (1, 16 * 4)
+    assert found["all-to-all"] == (0, 0)
+
+
+def test_suggestions_fit_by_the_plan():
+    cfg = plan.model_config("qwen3-8b")
+    setup = tpu_compile.Setup("qwen3-8b", cfg, topology.parse_slice("v5e-8"),
+                              MeshConfig(fsdp=-1), plan.Workload(remat=False, micro_batches=1))
+    assert not plan.fits(plan.plan(cfg, setup.mesh, 8, setup.work)["total"], "v5e")
+    suggestion = tpu_compile.nearest_fit(setup)
+    assert suggestion is not None and suggestion.work.remat
+    assert plan.fits(plan.plan(cfg, suggestion.mesh, 8, suggestion.work)["total"], "v5e")
+    nearer = list(tpu_compile.candidates(setup))
+    assert nearer.index(suggestion) == min(
+        i for i, c in enumerate(nearer)
+        if plan.fits(plan.plan(cfg, c.mesh, 8, c.work)["total"], "v5e"))
+
+
+def test_a_config_becomes_a_setup(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("groups: 4\ngroup_size: 4\nsampling:\n  max_new_tokens: 64\n"
+                      "  max_context: 512\n  dtype: bfloat16\nlearner:\n  micro_batches: 2\n"
+                      "  remat: true\nmesh:\n  fsdp: -1\n")
+    setup = tpu_compile.setup_from_config(str(config), "qwen3-0.6b", "v5e-8")
+    assert (setup.work.rows, setup.work.micro_batches, setup.work.length) == (16, 2, 512)
+    assert (setup.work.response, setup.work.sampler_dtype, setup.work.group_size) == (
+        64, "bfloat16", 4)
+    assert setup.sizes == {"data": 1, "fsdp": 8, "model": 1}
+    with pytest.raises(ValueError, match="model must be 1"):
+        dataclasses.replace(setup, slice=topology.parse_slice("v5e-16"),
+                            mesh=MeshConfig(fsdp=-1, model=2))
+    assert math.prod(setup.sizes.values()) == 8

@@ -1,0 +1,555 @@
+"""Every program of a training step compiled for a Cloud TPU slice, on a machine without one:
+``python -m tpu.compile --model qwen3-8b --topology v5p-64``.
+
+The TPU compiler runs ahead of time on the devices `tpu.topology` describes (libtpu, the
+``tpu`` extra), for abstract inputs: no weights, no TPU, nothing downloaded. A step runs:
+- the learner's train step (`prover_jax.learner.Learner`, the LM head on every token: its
+  largest program);
+- the learner -> sampler reshard (`tpu.mesh.to_sampler`);
+- the sampler's prefill of the groups' shared prompts (`kv_cache.prefill_rows`) and a turn's
+  generation (`sampler.compiled_generate`: the new tokens prefilled, then decoding), under the
+  sampler's sharding: weights split over "model" and replicated over the batch axes, the cache's
+  rows over the batch axes (`tpu.mesh.cache_shardings`). On a slice of several hosts every host
+  samples its own rows with its own copy of the weights on its first chip (`to_sampler`), so the
+  sampler compiles for one chip and a host's rows.
+
+For each it prints the compiler's per-device memory (arguments, outputs, temporaries, donated
+aliases), the collectives in the compiled HLO, and the planner's lines beside it (`tpu.plan`).
+A step's peak is the larger of two phases: the learner's step, and the rollout (the learner's
+state, which stays resident, plus the sampler's largest program). It fits when that peak is
+within `tpu.plan.HEADROOM` of the chip's memory; when it does not, the nearest setup the planner
+expects to fit (remat, more micro-batches, a model split, fewer sampler rows) is compiled and
+shown too.
+
+Time: analytic FLOPs (`tpu.roofline`: matmuls, 2 per multiply-add) against the chip's published
+bf16 peak and HBM bandwidth (`tpu.roofline.CHIPS`) give a roofline lower bound on the learner
+step's time and the sampler turn's, and so an upper bound on MFU. The compiler's own
+``cost_analysis`` counts a scanned loop's body once, so it is not the step's FLOPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from tpu import plan, roofline, topology
+from tpu.mesh import AXES, BATCH_AXES, LEARNER_RULES, SAMPLER_RULES, MeshConfig, parse
+
+GiB = 2**30
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+               "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = (.+?) ((?:"
+                          + "|".join(COLLECTIVES) + r")(?:-start)?)\(", re.MULTILINE)
+_ARRAY = re.compile(r"\b(" + "|".join(DTYPE_BYTES) + r")\[([\d,]*)\]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What to compile: a model, a slice, a mesh over all its chips and a workload."""
+
+    model: str  # a preset or a model folder (for the report)
+    cfg: object  # models.qwen.QwenConfig
+    slice: topology.Slice
+    mesh: MeshConfig = MeshConfig(fsdp=-1)
+    work: plan.Workload = plan.Workload()
+
+    def __post_init__(self):
+        sizes = self.sizes
+        if math.prod(sizes.values()) != self.slice.chips:
+            raise ValueError(f"mesh {self.mesh.describe()} uses {math.prod(sizes.values())} of "
+                             f"{self.slice.chips} chips; every chip must take part")
+        if self.slice.hosts > 1 and sizes["model"] > 1:
+            raise ValueError(f"mesh {self.mesh.describe()}: on {self.slice.hosts} hosts each "
+                             f"samples with a whole copy of the weights, so model must be 1")
+        if self.slice.hosts > 1 and self.work.sampler_rows % self.slice.hosts:
+            raise ValueError(f"{self.work.sampler_rows} sampler rows do not split over "
+                             f"{self.slice.hosts} hosts")
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.mesh.shape(self.slice.chips)
+
+    @property
+    def chip(self) -> roofline.Chip:
+        return roofline.CHIPS[self.slice.family]
+
+    def learner_config(self):
+        from prover_jax.learner import LearnerConfig
+
+        w = self.work
+        return LearnerConfig(micro_batches=w.micro_batches, compute_dtype=w.compute_dtype,
+                             remat=w.remat, logits_chunk=w.logits_chunk,
+                             recompute_logits=w.recompute_logits, head_buckets=1)
+
+    def describe(self) -> str:
+        w = self.work
+        return (f"{self.model} on {self.slice.accelerator_type} ({self.slice.topology_name}, "
+                f"{self.slice.chips} chips, {self.slice.hosts} host"
+                f"{'s' if self.slice.hosts > 1 else ''}), mesh {self.mesh.describe()}; "
+                f"learner {w.rows} rows x {w.length} tokens in {w.micro_batches} micro-batches, "
+                f"{w.compute_dtype}{', remat' if w.remat else ''}; sampler {w.sampler_rows} rows "
+                f"({w.sampler_rows // w.group_size} prompts of {w.prompt} tokens, turns of "
+                f"{w.turn_tokens} + {w.response} tokens), {w.sampler_dtype}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One compiled program's per-device memory (bytes) and collectives."""
+
+    name: str
+    argument: int
+    output: int
+    alias: int
+    temp: int
+    collectives: dict[str, tuple[int, int]]  # op -> (count in the HLO, bytes of their outputs)
+    seconds: float  # compile time
+
+    @property
+    def peak(self) -> int:
+        """Arguments + outputs - donated aliases + temporaries."""
+        return self.argument + self.output - self.alias + self.temp
+
+
+def collectives(hlo: str) -> dict[str, tuple[int, int]]:
+    """op -> (how many, bytes of their results) over a compiled module's text, async starts
+    counted once (a loop body's collectives appear once however often it runs)."""
+    found = {op: [0, 0] for op in COLLECTIVES}
+    for shape, op in _INSTRUCTION.findall(hlo):
+        base = op.removesuffix("-start")
+        arrays = [DTYPE_BYTES[dtype] * math.prod(int(n) for n in dims.split(",") if n)
+                  for dtype, dims in _ARRAY.findall(shape)]
+        if op.endswith("-start") and base in ("all-gather", "collective-permute"):
+            arrays = arrays[-1:]  # (operand, result, ...): the result is the last array
+        found[base][0] += 1
+        found[base][1] += sum(arrays)
+    return {op: (count, size) for op, (count, size) in found.items()}
+
+
+def _program(name: str, lowered) -> Program:
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - start
+    stats = compiled.memory_analysis()
+    return Program(name, stats.argument_size_in_bytes, stats.output_size_in_bytes,
+                   stats.alias_size_in_bytes, stats.temp_size_in_bytes,
+                   collectives(compiled.as_text()), seconds)
+
+
+def _abstract(tree, shardings):
+    import jax
+
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                        tree, shardings)
+
+
+def shard_bytes(tree) -> int:
+    """Bytes one device holds of a pytree of sharded ShapeDtypeStructs (the largest shard)."""
+    import jax
+    import numpy as np
+
+    return sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+               for x in jax.tree.leaves(tree))
+
+
+def abstract_train_batch(rows: int, length: int, sharding):
+    """A TrainBatch of ShapeDtypeStructs: `rows` x `length` tokens, rows placed by
+    `sharding`."""
+    import jax
+    import jax.numpy as jnp
+
+    from prover_jax import Batch
+    from prover_jax.learner import TrainBatch
+
+    def spec(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+    grid = (rows, length)
+    batch = Batch(spec(grid, jnp.int32), spec(grid, jnp.bool_), spec(grid, jnp.int32),
+                  spec(grid[:1], jnp.int32), spec(grid[:1], jnp.float32),
+                  spec((rows, 1), jnp.bool_))
+    return TrainBatch(batch, spec(grid, jnp.float32), spec(grid, jnp.float32))
+
+
+def learner_program(setup: Setup, mesh) -> tuple[Program, int]:
+    """The compiled train step, and the bytes per device of the state it keeps."""
+    from prover_jax.learner import Learner
+    from tpu.mesh import row_sharding
+
+    learner = Learner(setup.cfg, setup.learner_config(), mesh)
+    state = learner.abstract_state()
+    batch = abstract_train_batch(setup.work.rows, setup.work.length, row_sharding(mesh))
+    return (_program("learner step", learner.compiled_step(None).lower(state, batch)),
+            shard_bytes(state))
+
+
+def reshard_program(setup: Setup, mesh) -> Program:
+    """The learner -> sampler weight reshard (`to_sampler`)."""
+    import jax
+
+    from models import qwen
+    from models.qwen.sharding import param_shardings
+
+    params = _abstract(qwen.abstract(setup.cfg),
+                       param_shardings(setup.cfg, mesh, LEARNER_RULES))
+    dtype = setup.work.sampler_dtype
+
+    def move(params):  # the cast, then the move, as one program
+        return jax.tree.map(lambda p: p.astype(dtype), params)
+
+    reshard = jax.jit(move, out_shardings=param_shardings(setup.cfg, mesh, SAMPLER_RULES))
+    return _program("learner -> sampler", reshard.lower(params))
+
+
+def sampler_mesh(setup: Setup, devices: Sequence):
+    """The sampler's mesh: the learner's on one host; one chip per host on several."""
+    from tpu.mesh import build_mesh
+
+    if setup.slice.hosts == 1:
+        return build_mesh(setup.mesh, devices)
+    return build_mesh(MeshConfig(), devices[:1])
+
+
+def sampler_programs(setup: Setup, mesh) -> list[Program]:
+    """A host's prefill of its groups' prompts and one turn of generation."""
+    import jax
+    import jax.numpy as jnp
+
+    from models import qwen
+    from models.qwen import kv_cache, sampler
+    from models.qwen.sharding import param_shardings
+    from tpu.mesh import cache_shardings, row_sharding
+
+    w = setup.work
+    rows = w.sampler_rows // setup.slice.hosts
+    prompts = max(1, rows // w.group_size)
+    dtype = jnp.dtype(w.sampler_dtype)
+    platform = mesh.devices.flat[0].platform
+    params = _abstract(qwen.abstract(setup.cfg, dtype),
+                       param_shardings(setup.cfg, mesh, SAMPLER_RULES))
+    cache = jax.eval_shape(functools.partial(kv_cache.empty, setup.cfg, rows,
+                                             w.prompt + w.turn_tokens + w.response, dtype,
+                                             platform=platform))
+    cache = _abstract(cache, cache_shardings(cache, mesh))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def spec(shape, dtype, sharding=replicated):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+    rows_of = functools.partial(row_sharding, mesh)
+    prompt = (prompts, w.prompt)
+    prompt_rows = rows_of() if prompts % math.prod(mesh.shape[a] for a in BATCH_AXES) == 0 \
+        else replicated
+    prefill = kv_cache.prefill_rows.lower(
+        params, setup.cfg, cache, spec(prompt, jnp.int32, prompt_rows),
+        spec(prompt, jnp.int32, prompt_rows), spec((rows,), jnp.int32, rows_of()))
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), rows))
+    turn = (rows, w.turn_tokens)
+    generate = sampler.compiled_generate.lower(
+        params, setup.cfg, spec(turn, jnp.int32, rows_of()), spec(turn, jnp.int32, rows_of()),
+        cache, spec(keys.shape, keys.dtype, rows_of()), max_tokens=w.response,
+        max_new_tokens=spec((), jnp.int32), stop_tokens=spec((1,), jnp.int32),
+        temperature=spec((), jnp.float32), top_k=spec((), jnp.int32),
+        top_p=spec((), jnp.float32), pad_id=0)
+    return [_program("sampler prefill", prefill), _program("sampler turn", generate)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """A compiled setup: its programs, the learner's resident state and the planner's lines."""
+
+    setup: Setup
+    programs: tuple[Program, ...]
+    state: int  # bytes per device of the learner's state (params, AdamW moments)
+    planned: dict[str, float]
+
+    def program(self, name: str) -> Program:
+        return next(p for p in self.programs if p.name == name)
+
+    @property
+    def learner_peak(self) -> int:
+        return self.program("learner step").peak
+
+    @property
+    def sampler_peak(self) -> int:
+        """The sampler's largest program (its weights and cache are among its arguments)."""
+        return max(p.peak for p in self.programs if p.name.startswith("sampler"))
+
+    @property
+    def rollout_peak(self) -> int:
+        reshard = self.program("learner -> sampler")
+        return self.state + max(self.sampler_peak, reshard.output + reshard.temp)
+
+    @property
+    def peak(self) -> int:
+        return max(self.learner_peak, self.rollout_peak)
+
+    @property
+    def fits(self) -> bool:
+        return plan.fits(self.peak, self.setup.slice.family)
+
+
+def compile_setup(setup: Setup, devices: Sequence | None = None) -> Report:
+    """Compiles every program of `setup` for its slice (devices: `topology.devices` of it)."""
+    from tpu.mesh import build_mesh
+
+    devices = topology.devices(setup.slice) if devices is None else list(devices)
+    mesh = build_mesh(setup.mesh, devices)
+    learner, state = learner_program(setup, mesh)
+    programs = (learner, reshard_program(setup, mesh),
+                *sampler_programs(setup, sampler_mesh(setup, devices)))
+    planned = plan.plan(setup.cfg, setup.mesh, setup.slice.chips, setup.work,
+                        hosts=setup.slice.hosts)
+    return Report(setup, programs, state, planned)
+
+
+def estimates(setup: Setup) -> dict[str, float]:
+    """Roofline figures of the learner step and one sampler turn (see the module docstring)."""
+    w, cfg, chip, chips = setup.work, setup.cfg, setup.chip, setup.slice.chips
+    sizes = setup.sizes
+    params = plan.param_elements(cfg, LEARNER_RULES, dict.fromkeys(AXES, 1))
+    local = plan.param_elements(cfg, LEARNER_RULES, sizes)
+    compute = plan.DTYPE_BYTES[w.compute_dtype]
+    train = roofline.train_flops(cfg, w.rows, w.length, w.remat)
+    useful = roofline.train_flops(cfg, w.rows, w.length, False)
+    # every micro-batch reads the (gathered) weights in its forward, backward (and remat)
+    # passes; AdamW reads params, gradients and both moments and writes three of them
+    passes = 3 + w.remat
+    learner_bytes = (w.micro_batches * passes * compute * params / sizes["model"]
+                     + 7 * 4 * local)
+    learner_s = roofline.roofline(train / chips, learner_bytes, chip)
+    hosts = setup.slice.hosts
+    sampler_chips = 1 if hosts > 1 else chips
+    rows = w.sampler_rows // hosts
+    sampler_bytes = plan.DTYPE_BYTES[w.sampler_dtype]
+    weights = plan.param_elements(cfg, SAMPLER_RULES, dict.fromkeys(AXES, 1)) * sampler_bytes
+    cache = plan.cache_bytes(cfg, w, {**sizes, **({a: 1 for a in AXES} if hosts > 1 else {})},
+                             hosts)
+    context = w.prompt + w.turn_tokens + w.response / 2
+    decode = roofline.decode_flops(cfg, rows, context)
+    decode_s = roofline.roofline(decode / sampler_chips,
+                                 weights / (sizes["model"] if hosts == 1 else 1) + cache, chip)
+    prefill = roofline.forward_flops(cfg, rows * w.turn_tokens, w.prompt + w.turn_tokens / 2,
+                                     head_tokens=rows)
+    turn_s = roofline.roofline(prefill / sampler_chips, weights, chip) + w.response * decode_s
+    return {"learner_flops": train, "learner_s": learner_s,
+            "learner_mfu": roofline.mfu(useful, learner_s, chip, chips),
+            "learner_tokens_per_s": w.rows * w.length / learner_s,
+            "decode_step_s": decode_s, "decode_tokens_per_s": rows * hosts / decode_s,
+            "decode_mfu": roofline.mfu(decode, decode_s, chip, sampler_chips),
+            "turn_s": turn_s}
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f}"
+
+
+PLAN_LINES = {"learner step": plan.LEARNER_LINES, "sampler": plan.SAMPLER_LINES}
+
+
+def render(report: Report) -> str:
+    """The report as markdown: memory per program against the plan, collectives, roofline."""
+    setup, planned = report.setup, report.planned
+    chip = setup.chip
+    lines = [setup.describe(), "",
+             "| program | arguments | outputs | aliased | temporaries | peak GiB / device | "
+             "compile s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {p.name} | {_gib(p.argument)} | {_gib(p.output)} | {_gib(p.alias)} | "
+              f"{_gib(p.temp)} | {_gib(p.peak)} | {p.seconds:.0f} |" for p in report.programs]
+    learner_plan = sum(planned[n] for n in plan.LEARNER_LINES)
+    sampler_plan = sum(planned[n] for n in plan.SAMPLER_LINES)
+    lines += ["", "| per device (GiB) | compiler | plan | plan / compiler |", "|---|---:|---:|---:|",
+              f"| learner step | {_gib(report.learner_peak)} | {_gib(learner_plan)} | "
+              f"{learner_plan / report.learner_peak:.2f} |",
+              f"| sampler (largest program) | {_gib(report.sampler_peak)} | "
+              f"{_gib(sampler_plan)} | {sampler_plan / report.sampler_peak:.2f} |",
+              f"| step peak (learner, or state + sampler) | {_gib(report.peak)} | "
+              f"{_gib(planned['total'])} | {planned['total'] / report.peak:.2f} |"]
+    lines += ["", "plan lines (GiB): " + ", ".join(f"{name} {_gib(value)}"
+                                                   for name, value in planned.items()
+                                                   if name != "total")]
+    usable = plan.HEADROOM * chip.hbm_bytes
+    verdict = "fits" if report.fits else "does NOT fit"
+    lines += ["", f"**{verdict}**: peak {_gib(report.peak)} GiB of {_gib(usable)} GiB usable "
+                  f"({plan.HEADROOM:.0%} of {chip.name}'s {_gib(chip.hbm_bytes)} GiB)", "",
+              "| collectives (count in the HLO, result GiB) | " + " | ".join(COLLECTIVES) + " |",
+              "|---|" + "---:|" * len(COLLECTIVES)]
+    for p in report.programs:
+        cells = [f"{p.collectives[op][0]} ({_gib(p.collectives[op][1])})" if p.collectives[op][0]
+                 else "-" for op in COLLECTIVES]
+        lines.append(f"| {p.name} | " + " | ".join(cells) + " |")
+    e = estimates(setup)
+    lines += ["", f"roofline ({chip.name}: {chip.peak_flops / 1e12:.0f} TFLOP/s bf16, "
+                  f"{chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per chip; lower bounds on time):",
+              f"- learner step: {e['learner_flops'] / 1e15:.1f} PFLOP, >= {e['learner_s']:.2f} s, "
+              f"<= {e['learner_tokens_per_s']:,.0f} tokens/s, MFU <= {e['learner_mfu']:.0%}",
+              f"- sampler decode step: >= {e['decode_step_s'] * 1e3:.2f} ms, "
+              f"<= {e['decode_tokens_per_s']:,.0f} tokens/s (all hosts), "
+              f"MFU <= {e['decode_mfu']:.1%}",
+              f"- sampler turn ({setup.work.turn_tokens} new + {setup.work.response} generated "
+              f"tokens per row): >= {e['turn_s']:.2f} s"]
+    return "\n".join(lines)
+
+
+def candidates(setup: Setup) -> Iterator[Setup]:
+    """Setups near `setup` that use less memory per device, nearest first: remat, then more
+    micro-batches, then a model split (one host), then fewer sampler rows, then the last two
+    together."""
+    w, work = setup.work, setup.work
+    if not w.remat:
+        work = dataclasses.replace(work, remat=True)
+        yield dataclasses.replace(setup, work=work)
+    shards = math.prod(setup.sizes[a] for a in BATCH_AXES) // setup.sizes["model"] or 1
+    micro = [m for m in (2, 4, 8, 16, 32, 64) if m > work.micro_batches
+             and work.rows % (m * shards) == 0]
+    for m in micro:
+        yield dataclasses.replace(setup, work=dataclasses.replace(work, micro_batches=m))
+    deepest = dataclasses.replace(work, micro_batches=micro[-1]) if micro else work
+    splits = [m for m in (2, 4, 8) if setup.slice.hosts == 1 and setup.slice.chips % m == 0
+              and setup.cfg.num_kv_heads % m == 0 and m > setup.sizes["model"]]
+    for model in splits:
+        mesh = MeshConfig(fsdp=-1, model=model)
+        rows = math.prod(mesh.shape(setup.slice.chips)[a] for a in BATCH_AXES)
+        ok = [m for m in (deepest.micro_batches, *micro) if work.rows % (m * rows) == 0]
+        if ok:
+            yield dataclasses.replace(setup, mesh=mesh, work=dataclasses.replace(
+                deepest, micro_batches=ok[0]))
+    rows = work.sampler_rows
+    while rows // 2 >= max(work.group_size, setup.slice.hosts) and rows % 2 == 0:
+        rows //= 2
+        yield dataclasses.replace(setup, work=dataclasses.replace(deepest, sampler_rows=rows))
+
+
+def nearest_fit(setup: Setup) -> Setup | None:
+    """The first of `candidates` the planner expects to fit, or None."""
+    for candidate in candidates(setup):
+        try:
+            planned = plan.plan(candidate.cfg, candidate.mesh, candidate.slice.chips,
+                                candidate.work, hosts=candidate.slice.hosts)
+        except ValueError:
+            continue
+        if plan.fits(planned["total"], candidate.slice.family):
+            return candidate
+    return None
+
+
+def check(setup: Setup, echo=print) -> Report:
+    """Compiles `setup` and prints its report; when it does not fit, also the nearest setup the
+    planner expects to fit, compiled as well. Returns `setup`'s report."""
+    report = compile_setup(setup)
+    echo(render(report))
+    if report.fits:
+        return report
+    suggestion = nearest_fit(setup)
+    if suggestion is None:
+        echo("\nno nearby setup fits: use a larger slice or a smaller model")
+        return report
+    echo(f"\nsuggested instead: mesh {suggestion.mesh.describe()}, "
+         f"{suggestion.work.micro_batches} micro-batches, remat {suggestion.work.remat}, "
+         f"{suggestion.work.sampler_rows} sampler rows; compiled:\n")
+    echo(render(compile_setup(suggestion)))
+    return report
+
+
+def setup_from_config(path: str, model: str | None, accelerator: str,
+                      overrides: Sequence[str] = ()) -> Setup:
+    """The Setup of a training config (YAML) on a slice: its mesh, learner settings, groups x
+    group size rows and sampling lengths. The model: `model` (a preset or folder), else the
+    config's ``init`` folder or run directory, else its tiny model.
+
+    The learner's length is ``sampling.max_context``; when the config leaves it to the model,
+    the papers' 2,560 tokens (`plan.Workload`).
+    """
+    from models import qwen
+    from prover_jax import runs
+    from prover_jax.config import load
+    from prover_jax.train import TrainConfig
+
+    config = load(TrainConfig, path, list(overrides))
+    if model is not None:
+        name, cfg = model, plan.model_config(model)
+    elif config.init is not None:
+        folder = Path(config.init) / runs.MODEL if runs.is_run(config.init) else config.init
+        name, cfg = config.init, plan.model_config(str(folder))
+    else:
+        shape = config.tiny
+        name = "the config's tiny model"
+        cfg = qwen.QwenConfig(model_type="qwen3", vocab_size=shape.vocab_size,
+                              hidden_size=shape.hidden_size,
+                              intermediate_size=shape.intermediate_size,
+                              num_layers=shape.layers, num_heads=shape.heads,
+                              num_kv_heads=shape.kv_heads, head_dim=shape.head_dim, qk_norm=True)
+    learner, sampling = config.learner, config.sampling
+    length = sampling.max_context or plan.Workload().length
+    rows = config.groups * config.group_size
+    work = plan.Workload(rows=rows, micro_batches=learner.micro_batches,
+                         prompt=length - sampling.max_new_tokens,
+                         response=sampling.max_new_tokens, sampler_rows=rows,
+                         group_size=config.group_size, compute_dtype=learner.compute_dtype,
+                         sampler_dtype=sampling.dtype,
+                         remat=learner.remat, logits_chunk=learner.logits_chunk,
+                         recompute_logits=learner.recompute_logits)
+    return Setup(name, cfg, topology.parse_slice(accelerator), config.mesh, work)
+
+
+def preflight(config: str, accelerator: str, model: str | None = None,
+              overrides: Sequence[str] = (), echo=print) -> bool:
+    """`check` of a training config on a slice, before renting it (`tpu.launch up`)."""
+    return check(setup_from_config(config, model, accelerator, overrides), echo).fits
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tpu.compile",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--topology", required=True,
+                        help="a Cloud TPU slice: v5e-8, v5p-32, v6e-8, v4-32, v5p-128, ... or "
+                             "a JAX topology such as v5e:2x4")
+    parser.add_argument("--model", help=f"a preset ({', '.join(plan.PRESETS)}) or a model folder")
+    parser.add_argument("--config", help="a training config (YAML): its mesh, learner, groups "
+                                         "and sampling lengths (the flags below are ignored)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of --config, as prover_jax.train takes it")
+    parser.add_argument("--mesh", default="fsdp=-1", help="axis sizes, e.g. fsdp=-1,model=2")
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    plan.add_workload_flags(parser)
+    args = parser.parse_args(argv)
+    if args.config is None and args.model is None:
+        parser.error("give --model, or --config (whose init or tiny model is then compiled)")
+    try:
+        if args.config is not None:
+            setup = setup_from_config(args.config, args.model, args.topology, args.set)
+        else:
+            setup = Setup(args.model, plan.model_config(args.model),
+                          topology.parse_slice(args.topology), parse(args.mesh),
+                          plan.workload_from_flags(args))
+    except (ValueError, OSError) as error:
+        parser.error(str(error))
+    report = check(setup)
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(report), indent=2) + "\n")
+    return 0 if report.fits else 1
+
+
+def to_json(report: Report) -> dict:
+    """The report's numbers (bytes per device, seconds) as plain JSON."""
+    setup = report.setup
+    return {"setup": setup.describe(), "model": setup.model,
+            "topology": setup.slice.topology_name, "mesh": setup.mesh.describe(),
+            "work": dataclasses.asdict(setup.work),
+            "programs": {p.name: {**dataclasses.asdict(p), "peak": p.peak}
+                         for p in report.programs},
+            "state": report.state, "plan": report.planned, "learner_peak": report.learner_peak,
+            "sampler_peak": report.sampler_peak, "peak": report.peak, "fits": report.fits,
+            "estimates": estimates(setup)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
