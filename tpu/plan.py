@@ -39,6 +39,7 @@ import jax
 
 from models import qwen
 from models.qwen.config import QwenConfig
+from models.qwen.model import ATTENTION_BLOCK
 from models.qwen.params import ArrayInfo
 from tpu import roofline
 from tpu.mesh import AXES, BATCH_AXES, LEARNER_RULES, SAMPLER_RULES, MeshConfig, parse
@@ -142,25 +143,30 @@ def _split(count: int, ways: int) -> float:
     return count / ways if count % ways == 0 else count
 
 
-def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
-    """The forward pass's saved activations and the LM head's logits, one device."""
-    shards = math.prod(sizes[a] for a in BATCH_AXES)
-    rows = max(1, work.rows // (work.micro_batches * shards))
-    tokens, length, model = rows * work.length, work.length, sizes["model"]
-    cb = DTYPE_BYTES[work.compute_dtype]
-    d = cfg.hidden_size
+def token_internals(cfg: QwenConfig, model: int) -> float:
+    """Values one token's layer holds besides its scores, averaged over the layer kinds, with
+    heads and channels split `model` ways: residuals, projections' outputs and the norms with
+    their float32 inputs (8 D), q k v before and after the rotary embedding, the attention
+    output, and the MLP's gate, up, sigmoid and product (Gated DeltaNet: its conv channels
+    before and after the convolution, and its values twice)."""
     heads, kv = _split(cfg.num_heads, model), _split(cfg.num_kv_heads, model)
-    mlp = _split(cfg.intermediate_size, model)
-    # per token: residuals, projections' outputs and the norms with their float32 inputs
-    # (8 D), q k v before and after the rotary embedding, the attention output, and the MLP's
-    # gate, up, sigmoid and product
     attention = (3 * heads + 4 * kv) * cfg.head_dim
     if cfg.num_linear:
         channels = _split(cfg.linear_conv_dim, model)
         values = _split(cfg.linear_num_value_heads, model) * cfg.linear_value_head_dim
         linear = 2 * channels + 2 * values
         attention = (cfg.num_full * attention + cfg.num_linear * linear) / cfg.num_layers
-    internals = tokens * (8 * d + attention + 4 * mlp) * cb
+    return 8 * cfg.hidden_size + attention + 4 * _split(cfg.intermediate_size, model)
+
+
+def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
+    """The forward pass's saved activations and the LM head's logits, one device."""
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    rows = max(1, work.rows // (work.micro_batches * shards))
+    tokens, length, model = rows * work.length, work.length, sizes["model"]
+    cb = DTYPE_BYTES[work.compute_dtype]
+    d, heads = cfg.hidden_size, _split(cfg.num_heads, model)
+    internals = tokens * token_internals(cfg, model) * cb
     probabilities = 3 * rows * heads * length * length / 2 * 4 * cfg.num_full / cfg.num_layers
     per_layer = internals + probabilities
     layers = (cfg.num_layers * tokens * d * cb + per_layer if work.remat
@@ -185,28 +191,59 @@ def cache_slots(work: Workload) -> int:
     return work.prompt + work.turn_tokens + work.response
 
 
-def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts: int = 1
-                ) -> float:
-    """The sampler's KV cache (and Gated DeltaNet state) for its rows, one device."""
-    rows, sizes = sampler_view(work, sizes, hosts)
-    model = sizes["model"]
+def cache_row_bytes(cfg: QwenConfig, work: Workload, model: int) -> float:
+    """One row of the sampler's cache, on one device of a `model`-way split: keys and values
+    of every slot (`cache_slots`), or a Gated DeltaNet layer's float32 state and conv
+    history."""
     sb = DTYPE_BYTES[work.sampler_dtype]
     kv = _split(cfg.num_kv_heads, model)
-    attention = cfg.num_full * 2 * rows * kv * cache_slots(work) * cfg.head_dim * sb
+    attention = cfg.num_full * 2 * kv * cache_slots(work) * cfg.head_dim * sb
     linear = 0.0
     if cfg.num_linear:
         heads = _split(cfg.linear_num_value_heads, model)
         state = heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
         history = (cfg.linear_conv_kernel - 1) * _split(cfg.linear_conv_dim, model) * sb
-        linear = cfg.num_linear * rows * (state + history)
+        linear = cfg.num_linear * (state + history)
     return attention + linear
+
+
+def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts: int = 1
+                ) -> float:
+    """The sampler's KV cache (and Gated DeltaNet state) for its rows, one device."""
+    rows, sizes = sampler_view(work, sizes, hosts)
+    return rows * cache_row_bytes(cfg, work, sizes["model"])
+
+
+def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int
+                 ) -> float:
+    """One sampler layer's temporaries for `rows` x `tokens` new tokens reading the cache: its
+    internals, and one query block's float32 scores, mask and probabilities."""
+    block = min(tokens, ATTENTION_BLOCK)
+    scores = 3 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
+    return (rows * tokens * token_internals(cfg, model) * DTYPE_BYTES[work.sampler_dtype]
+            + (scores if cfg.num_full else 0.0))
 
 
 def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int],
                              hosts: int = 1) -> float:
-    """The sampler's temporaries, one device: the larger of the prefill's and a turn's."""
-    del cfg, work, sizes, hosts
-    return 0.0
+    """The sampler's temporaries, one device: the larger of its two programs'.
+
+    - The prefill of the groups' shared prompts (`kv_cache.prefill_rows`): a fresh cache for
+      the prompts, the rows copied out of it (a cache's worth), one layer's temporaries.
+    - A turn (`sampler.compiled_generate`): a copy of the cache the decode loop carries, one
+      layer's temporaries for the turn's new tokens, and the sampling's float32 logits (the
+      logits, their sort, cumulative sum and probabilities, about 5 [B, V]).
+    """
+    rows, sizes = sampler_view(work, sizes, hosts)
+    model = sizes["model"]
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    prompts = max(1, work.sampler_rows // hosts // work.group_size)
+    prompts = prompts / shards if prompts % shards == 0 else prompts
+    row = cache_row_bytes(cfg, work, model)
+    prefill = (prompts + rows) * row + _layer_bytes(cfg, work, prompts, work.prompt, model)
+    logits = 5 * rows * _split(cfg.vocab_size, model) * 4
+    turn = rows * row + _layer_bytes(cfg, work, rows, work.turn_tokens, model) + logits
+    return max(prefill, turn)
 
 
 def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:

@@ -125,7 +125,8 @@ def test_the_trainer_gets_exactly_what_follows_the_separator(gcloud):
 
 
 def test_up_passes_the_trainer_arguments_to_its_train_command(gcloud, capsys):
-    assert main(["up", *TARGET, "--config", "c.yaml", "--dry-run", "--", "--steps", "5"]) == 0
+    assert main(["up", *TARGET, "--config", "c.yaml", "--dry-run", "--skip-compile", "--",
+                 "--steps", "5"]) == 0
     assert gcloud() == []
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "python3 -m tpu.train --config run/config.yaml --run-dir run/out --steps 5 >" in last
@@ -138,3 +139,27 @@ def test_trainer_arguments_elsewhere_are_a_usage_error(gcloud, capsys, tmp_path,
     assert raised.value.code == 2
     assert f"{step} takes no trainer arguments" in capsys.readouterr().err
     assert gcloud() == []
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_up_compiles_the_config_for_the_slice_before_creating_it(gcloud, capsys, monkeypatch,
+                                                                 fits):
+    from tpu import compile as tpu_compile
+
+    asked = []
+
+    def preflight(config, accelerator, model, overrides, echo):
+        asked.append((config, accelerator, model, overrides))
+        echo("compiled")
+        return fits
+
+    monkeypatch.setattr(tpu_compile, "preflight", preflight)
+    status = main(["up", *TARGET, "--config", "c.yaml", "--accelerator-type", "v5p-32",
+                   "--", "--steps", "5", "--set", "mesh.fsdp=-1"])
+    assert asked == [("c.yaml", "v5p-32", None, ["mesh.fsdp=-1"])]
+    out = capsys.readouterr().out
+    if fits:  # then the steps run, create first
+        assert status == 0 and gcloud()[0][:4] == [*TPU, "create"]
+    else:
+        assert status == 1 and gcloud() == []
+        assert "refusing to create v5p-32" in out and "--skip-compile" in out

@@ -3,6 +3,11 @@
 
 The options are parsed strictly, so that a misspelt flag fails here, before a VM is created,
 rather than in the trainer on the workers. The trainer gets exactly what follows ``--``.
+
+``up`` first compiles the run's config (with the trainer's ``--set`` overrides) for the slice
+on this machine (`tpu.compile.preflight`, which needs the ``tpu`` extra), and refuses to create
+a slice the setup would not fit, printing the nearest setup that fits. ``--skip-compile``
+leaves that out.
 """
 
 from __future__ import annotations
@@ -34,7 +39,27 @@ def _parser() -> argparse.ArgumentParser:
                              "slice)")
     parser.add_argument("--local-dir", default=".", help="where fetch puts the run directory")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--skip-compile", action="store_true",
+                        help="up: do not compile the config for the slice before creating it")
     return parser
+
+
+def overrides(train_args: Sequence[str]) -> list[str]:
+    """The values of the trainer's ``--set KEY=VALUE`` arguments, in order."""
+    return [value for flag, value in zip(train_args, train_args[1:]) if flag == "--set"]
+
+
+def fits_before_creating(target: launch.Target, echo=print) -> bool:
+    """Compiles the target's config for its slice (`tpu.compile.preflight`); says why not when
+    it would not fit."""
+    from tpu import compile as tpu_compile
+
+    if tpu_compile.preflight(target.config, target.accelerator_type, target.model,
+                             overrides(target.train_args), echo):
+        return True
+    echo(f"refusing to create {target.accelerator_type}: the setup does not fit its memory "
+         "(see the suggestion above); change the config, or pass --skip-compile")
+    return False
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -62,8 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             config=args.config, model=args.model, run_dir=args.run_dir,
             train_args=tuple(train_args or ()), local_dir=args.local_dir)
         commands = launch.STEPS[args.step](target)
+        if args.step == "up" and not args.skip_compile and not fits_before_creating(target):
+            return 1
     except ValueError as error:
         parser.error(str(error))
+    except RuntimeError as error:  # no TPU compiler here
+        parser.error(f"{error}; or pass --skip-compile")
     return launch.execute(commands, args.dry_run)
 
 
