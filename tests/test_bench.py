@@ -101,6 +101,7 @@ def test_vict_diagnostics_bench_runs():
     assert "| ALFWorld (paper) | | | 5.8 |" in lines[4] and lines[5].startswith("| household |")
 
 
+@pytest.mark.slow
 def test_device_bench_runs_tiny(tmp_path):
     bench = load_bench("device")
     bench.main(["--tiny", "--out", str(tmp_path)])
