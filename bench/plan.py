@@ -1,131 +1,134 @@
-"""`tpu.plan`'s learner memory against XLA's own accounting of the compiled train step.
+"""`tpu.plan` against the TPU compiler, for every preset on the papers' workload.
 
-For each setup (model shape, mesh on 8 CPU devices, remat, compute dtype, micro-batches) the
-learner's train step is compiled for abstract inputs (nothing is run), and its memory analysis
-gives the per-device peak XLA plans for: arguments + outputs - donated aliases + temporaries.
-The planner's learner lines (params, optimizer, gradients, compute copy, gathered weights,
-activations) are set beside it. The ratio is plan / XLA: above 1 the planner is conservative.
+Each setup (a preset on a Cloud TPU slice, its mesh over every chip, the workload) is compiled
+ahead of time by `tpu.compile` for the slice's devices (libtpu; no TPU needed): the learner's
+train step, the learner -> sampler reshard, and the sampler's prefill and turn. The compiler's
+per-device memory of each program is recorded, and the planner's lines are set beside it:
+plan / compiler above 1 is conservative; `tpu.plan.BAND` is the most it may be.
 
-Usage: python bench/plan.py
+Compiling takes minutes per setup on a CPU, so every finished setup is written to
+bench/results/plan.json as it completes, a rerun skips the setups already there, and
+``--report`` rebuilds the table from the file alone (with the planner as it is now).
+
+Usage: python bench/plan.py [--only SUBSTRING] [--report]
 Prints a table, writes bench/results/plan.json and updates bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_force_host_platform_device_count=8").strip()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import jax
-import jax.numpy as jnp
-
 from bench import report
-from models import qwen
-from prover_jax import Batch
-from prover_jax.learner import Learner, LearnerConfig, TrainBatch
-from tpu import plan
-from tpu.mesh import MeshConfig, build_mesh
+from tpu import compile as tpu_compile
+from tpu import plan, topology
+from tpu.mesh import MeshConfig
 
-MiB = 2**20
-LEARNER_LINES = ("params", "optimizer", "gradients", "compute copy", "gathered weights",
-                 "activations")
-
-SHAPES = {
-    # the learner benchmark's cpu preset: a vocabulary-heavy 11M model
-    "qwen3 d256 x4, V16000": qwen.QwenConfig(
-        model_type="qwen3", vocab_size=16000, hidden_size=256, intermediate_size=768,
-        num_layers=4, num_heads=4, num_kv_heads=2, head_dim=64, qk_norm=True),
-    # layers dominate: a 26M model with a small vocabulary
-    "qwen3 d512 x8, V4096": qwen.QwenConfig(
-        model_type="qwen3", vocab_size=4096, hidden_size=512, intermediate_size=1536,
-        num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, qk_norm=True),
-}
+RESULTS = report.BENCH / "results" / "plan.json"
+MACHINE = f"the TPU compiler (libtpu, no TPU) on {report.machine()}"
+PAPERS = plan.Workload()  # 16 groups of 8, 2,048 + 512 tokens, 8 micro-batches, bf16, remat
 
 
-class Setup(NamedTuple):
-    shape: str
-    mesh: MeshConfig
-    remat: bool
-    dtype: str
-    micro_batches: int
-    rows: int = 8
-    length: int = 256
+class Case(NamedTuple):
+    model: str
+    slice: str
+    mesh: MeshConfig = MeshConfig(fsdp=-1)
+    work: plan.Workload = PAPERS
+
+    @property
+    def key(self) -> str:
+        return f"{self.model} {self.slice} {self.mesh.describe()} {self.work.rows}x{self.work.length}"
 
 
-SETUPS = [Setup(shape, mesh, remat, dtype, 1)
-          for shape in SHAPES
-          for mesh in (MeshConfig(), MeshConfig(fsdp=8), MeshConfig(fsdp=4, model=2))
-          for remat in (True, False)
-          for dtype in ("float32", "bfloat16")] + [
-    Setup("qwen3 d512 x8, V4096", MeshConfig(data=2, fsdp=4), True, "bfloat16", 2, rows=16)]
+SMALL = ("qwen3-0.6b", "qwen2.5-1.5b", "qwen3.5-2b")
+LARGE = ("qwen3.5-4b", "qwen2.5-7b", "qwen3-8b")
+CASES = ([Case(m, "v5e-8") for m in SMALL]
+         + [Case(m, "v6e-8") for m in SMALL + LARGE[:1]]
+         + [Case(m, "v5p-16") for m in SMALL + LARGE]
+         + [Case("qwen3-8b", "v6e-8", MeshConfig(fsdp=4, model=2)),
+            Case("qwen3-0.6b", "v5e-8", work=dataclasses.replace(
+                PAPERS, rows=32, micro_batches=4, prompt=1536, sampler_rows=32))])
 
 
-def compiled_peak(setup: Setup) -> float:
-    """XLA's per-device peak of the compiled train step, bytes."""
-    cfg = SHAPES[setup.shape]
-    mesh = build_mesh(setup.mesh)
-    learner = Learner(cfg, LearnerConfig(compute_dtype=setup.dtype, remat=setup.remat,
-                                         micro_batches=setup.micro_batches, head_buckets=1),
-                      mesh)
-    grid = (setup.rows, setup.length)
-
-    def spec(shape, dtype):
-        return jax.ShapeDtypeStruct(shape, dtype)
-
-    batch = Batch(spec(grid, jnp.int32), spec(grid, jnp.bool_), spec(grid, jnp.int32),
-                  spec(grid[:1], jnp.int32), spec(grid[:1], jnp.float32),
-                  spec((setup.rows, 1), jnp.bool_))
-    train = TrainBatch(batch, spec(grid, jnp.float32), spec(grid, jnp.float32))
-    memory = learner.compiled_step(None).lower(learner.abstract_state(), train).compile()
-    stats = memory.memory_analysis()
-    return float(stats.argument_size_in_bytes + stats.output_size_in_bytes
-                 - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+def setup_of(case: Case) -> tpu_compile.Setup:
+    return tpu_compile.Setup(case.model, plan.model_config(case.model),
+                             topology.parse_slice(case.slice), case.mesh, case.work)
 
 
-def planned(setup: Setup) -> float:
-    """The planner's learner lines for the same setup, bytes per device."""
-    work = plan.Workload(rows=setup.rows, micro_batches=setup.micro_batches, prompt=0,
-                         response=setup.length, sampler_rows=setup.rows,
-                         compute_dtype=setup.dtype, remat=setup.remat)
-    lines = plan.plan(SHAPES[setup.shape], setup.mesh, jax.device_count(), work)
-    return sum(lines[name] for name in LEARNER_LINES)
+def measure(case: Case) -> dict:
+    """The compiler's numbers of every program of `case` (bytes per device)."""
+    compiled = tpu_compile.compile_setup(setup_of(case))
+    return {"programs": {p.name: {**dataclasses.asdict(p), "peak": p.peak}
+                         for p in compiled.programs},
+            "state": compiled.state}
 
 
-def run(setups=SETUPS) -> list[dict]:
-    results = []
-    for setup in setups:
-        xla, ours = compiled_peak(setup), planned(setup)
-        row = {"shape": setup.shape, "mesh": setup.mesh.describe(), "remat": setup.remat,
-               "dtype": setup.dtype, "micro_batches": setup.micro_batches,
-               "rows": setup.rows, "length": setup.length,
-               "xla_mib": xla / MiB, "plan_mib": ours / MiB, "ratio": ours / xla}
-        print(row, flush=True)
-        results.append(row)
-    return results
+def compare(case: Case, measured: dict) -> dict:
+    """Plan / compiler for the learner, the sampler and the step, from the recorded numbers."""
+    setup = setup_of(case)
+    lines = plan.plan(setup.cfg, setup.mesh, setup.slice.chips, setup.work,
+                      hosts=setup.slice.hosts)
+    programs = measured["programs"]
+    learner = programs["learner step"]["peak"]
+    sampler = max(programs[name]["peak"] for name in ("sampler prefill", "sampler turn"))
+    reshard = programs["learner -> sampler"]
+    step = max(learner, measured["state"] + max(sampler, reshard["output"] + reshard["temp"]))
+    planned_learner = sum(lines[n] for n in plan.LEARNER_LINES)
+    planned_sampler = sum(lines[n] for n in plan.SAMPLER_LINES)
+    return {"case": case.key, "chip": setup.slice.family,
+            "learner_gib": learner / plan.GiB, "learner_ratio": planned_learner / learner,
+            "sampler_gib": sampler / plan.GiB, "sampler_ratio": planned_sampler / sampler,
+            "step_gib": step / plan.GiB, "step_ratio": lines["total"] / step,
+            "compiler_fits": plan.fits(step, setup.slice.family),
+            "plan_fits": plan.fits(lines["total"], setup.slice.family),
+            "exhausted": any(p["exhausted"] for p in programs.values())}
 
 
-def table(results: list[dict]) -> str:
-    header = ("| model | mesh | remat | compute | micro-batches | XLA peak MiB | plan MiB | "
-              "plan / XLA |")
-    lines = [header, "|---|---|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['shape']} | {r['mesh']} | {'yes' if r['remat'] else 'no'} | {r['dtype']} | "
-              f"{r['micro_batches']} | {r['xla_mib']:.1f} | {r['plan_mib']:.1f} | "
-              f"{r['ratio']:.2f} |" for r in results]
+def table(rows: list[dict]) -> str:
+    lines = ["| model, slice, mesh, rows x tokens | learner GiB | plan / compiler | "
+             "sampler GiB | plan / compiler | step GiB | plan / compiler | fits (compiler, "
+             "plan) |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        verdict = f"{'yes' if r['compiler_fits'] else 'no'}, {'yes' if r['plan_fits'] else 'no'}"
+        lines.append(f"| {r['case']} | {r['learner_gib']:.2f} | {r['learner_ratio']:.2f} | "
+                     f"{r['sampler_gib']:.2f} | {r['sampler_ratio']:.2f} | {r['step_gib']:.2f} | "
+                     f"{r['step_ratio']:.2f} | {verdict} |")
     return "\n".join(lines)
 
 
-def main() -> None:
-    results = run()
-    body = table(results)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="cases whose key contains this")
+    parser.add_argument("--report", action="store_true", help="only rebuild the table")
+    args = parser.parse_args(argv)
+    recorded = json.loads(RESULTS.read_text())["results"] if RESULTS.exists() else {}
+    recorded = recorded.get("measured", {}) if isinstance(recorded, dict) else {}
+    cases = [c for c in CASES if args.only in c.key]
+    for case in cases:
+        if args.report or case.key in recorded:
+            continue
+        recorded[case.key] = measure(case)
+        print(case.key, json.dumps(compare(case, recorded[case.key])), flush=True)
+        save(recorded, [])
+    rows = [compare(c, recorded[c.key]) for c in CASES if c.key in recorded]
+    body = table(rows)
     print(body)
-    report.write("plan", "Memory planner vs XLA's compiled train step (`bench/plan.py`)",
-                 report.machine(), body, results)
+    save(recorded, rows)
+    report.write("plan", "Memory planner vs the TPU compiler (`bench/plan.py`)", MACHINE, body,
+                 {"measured": recorded, "comparison": rows})
+
+
+def save(recorded: dict, rows: list[dict]) -> None:
+    """The measurements so far, in `report.write`'s layout."""
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps({"machine": MACHINE, "results": {
+        "measured": recorded, "comparison": rows}}, indent=1))
 
 
 if __name__ == "__main__":

@@ -112,11 +112,13 @@ class Program:
     temp: int
     collectives: dict[str, tuple[int, int]]  # op -> (count in the HLO, bytes of their outputs)
     seconds: float  # compile time
+    exhausted: int = 0  # bytes the compiler needed when it ran out of memory (0: it did not)
 
     @property
     def peak(self) -> int:
-        """Arguments + outputs - donated aliases + temporaries."""
-        return self.argument + self.output - self.alias + self.temp
+        """Arguments + outputs - donated aliases + temporaries (or what the compiler said it
+        needed when it ran out of memory)."""
+        return self.exhausted or self.argument + self.output - self.alias + self.temp
 
 
 def collectives(hlo: str) -> dict[str, tuple[int, int]]:
@@ -134,9 +136,28 @@ def collectives(hlo: str) -> dict[str, tuple[int, int]]:
     return {op: (count, size) for op, (count, size) in found.items()}
 
 
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_EXHAUSTED = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) hbm")
+
+
+def needed_bytes(message: str) -> int | None:
+    """What a TPU compiler's out-of-memory error says the program needed, in bytes."""
+    found = _EXHAUSTED.search(message)
+    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
+
+
 def _program(name: str, lowered) -> Program:
+    import jax
+
     start = time.perf_counter()
-    compiled = lowered.compile()
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as error:
+        needed = needed_bytes(str(error))
+        if needed is None:
+            raise
+        return Program(name, 0, 0, 0, 0, dict.fromkeys(COLLECTIVES, (0, 0)),
+                       time.perf_counter() - start, needed)
     seconds = time.perf_counter() - start
     stats = compiled.memory_analysis()
     return Program(name, stats.argument_size_in_bytes, stats.output_size_in_bytes,
@@ -348,10 +369,6 @@ def estimates(setup: Setup) -> dict[str, float]:
             "turn_s": turn_s}
 
 
-def _gib(n: float) -> str:
-    return f"{n / GiB:.2f}"
-
-
 PLAN_LINES = {"learner step": plan.LEARNER_LINES, "sampler": plan.SAMPLER_LINES}
 
 
@@ -359,28 +376,37 @@ def render(report: Report) -> str:
     """The report as markdown: memory per program against the plan, collectives, roofline."""
     setup, planned = report.setup, report.planned
     chip = setup.chip
+    unit, size = ("GiB", GiB) if report.peak >= GiB else ("MiB", 2**20)
+
+    def _gib(n: float) -> str:
+        return f"{n / size:.2f}"
+
     lines = [setup.describe(), "",
-             "| program | arguments | outputs | aliased | temporaries | peak GiB / device | "
+             f"| program | arguments | outputs | aliased | temporaries | peak {unit} / device | "
              "compile s |", "|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {p.name} | {_gib(p.argument)} | {_gib(p.output)} | {_gib(p.alias)} | "
-              f"{_gib(p.temp)} | {_gib(p.peak)} | {p.seconds:.0f} |" for p in report.programs]
+    for p in report.programs:
+        memory = (f"{_gib(p.argument)} | {_gib(p.output)} | {_gib(p.alias)} | {_gib(p.temp)}"
+                  if not p.exhausted else "out of memory | | |")
+        lines.append(f"| {p.name} | {memory} | {_gib(p.peak)} | {p.seconds:.0f} |")
     learner_plan = sum(planned[n] for n in plan.LEARNER_LINES)
     sampler_plan = sum(planned[n] for n in plan.SAMPLER_LINES)
-    lines += ["", "| per device (GiB) | compiler | plan | plan / compiler |", "|---|---:|---:|---:|",
+    lines += ["", f"| per device ({unit}) | compiler | plan | plan / compiler |",
+              "|---|---:|---:|---:|",
               f"| learner step | {_gib(report.learner_peak)} | {_gib(learner_plan)} | "
               f"{learner_plan / report.learner_peak:.2f} |",
               f"| sampler (largest program) | {_gib(report.sampler_peak)} | "
               f"{_gib(sampler_plan)} | {sampler_plan / report.sampler_peak:.2f} |",
               f"| step peak (learner, or state + sampler) | {_gib(report.peak)} | "
               f"{_gib(planned['total'])} | {planned['total'] / report.peak:.2f} |"]
-    lines += ["", "plan lines (GiB): " + ", ".join(f"{name} {_gib(value)}"
+    lines += ["", f"plan lines ({unit}): " + ", ".join(f"{name} {_gib(value)}"
                                                    for name, value in planned.items()
                                                    if name != "total")]
     usable = plan.HEADROOM * chip.hbm_bytes
     verdict = "fits" if report.fits else "does NOT fit"
-    lines += ["", f"**{verdict}**: peak {_gib(report.peak)} GiB of {_gib(usable)} GiB usable "
-                  f"({plan.HEADROOM:.0%} of {chip.name}'s {_gib(chip.hbm_bytes)} GiB)", "",
-              "| collectives (count in the HLO, result GiB) | " + " | ".join(COLLECTIVES) + " |",
+    lines += ["", f"**{verdict}**: peak {report.peak / GiB:.2f} GiB of {usable / GiB:.2f} GiB "
+                  f"usable ({plan.HEADROOM:.0%} of {chip.name}'s {chip.hbm_bytes / GiB:.2f} GiB)",
+              "", f"| collectives (count in the HLO, result {unit}) | " + " | ".join(COLLECTIVES)
+              + " |",
               "|---|" + "---:|" * len(COLLECTIVES)]
     for p in report.programs:
         cells = [f"{p.collectives[op][0]} ({_gib(p.collectives[op][1])})" if p.collectives[op][0]
@@ -401,13 +427,13 @@ def render(report: Report) -> str:
 
 def candidates(setup: Setup) -> Iterator[Setup]:
     """Setups near `setup` that use less memory per device, nearest first: remat, then more
-    micro-batches, then a model split (one host), then fewer sampler rows, then the last two
-    together."""
+    micro-batches, then a model split (one host), then fewer sampler rows (each with the
+    changes before it)."""
     w, work = setup.work, setup.work
     if not w.remat:
         work = dataclasses.replace(work, remat=True)
         yield dataclasses.replace(setup, work=work)
-    shards = math.prod(setup.sizes[a] for a in BATCH_AXES) // setup.sizes["model"] or 1
+    shards = math.prod(setup.sizes[a] for a in BATCH_AXES)
     micro = [m for m in (2, 4, 8, 16, 32, 64) if m > work.micro_batches
              and work.rows % (m * shards) == 0]
     for m in micro:
@@ -423,7 +449,8 @@ def candidates(setup: Setup) -> Iterator[Setup]:
             yield dataclasses.replace(setup, mesh=mesh, work=dataclasses.replace(
                 deepest, micro_batches=ok[0]))
     rows = work.sampler_rows
-    while rows // 2 >= max(work.group_size, setup.slice.hosts) and rows % 2 == 0:
+    hosts = setup.slice.hosts
+    while rows % 2 == 0 and rows // 2 >= work.group_size and (rows // 2) % hosts == 0:
         rows //= 2
         yield dataclasses.replace(setup, work=dataclasses.replace(deepest, sampler_rows=rows))
 

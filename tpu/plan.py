@@ -7,23 +7,31 @@ What each line counts, per device:
 - gradients: a float32 accumulator like the params, and with micro-batches one more for the
   micro-batch being added (exact).
 - compute copy: the params cast to the compute dtype (none in float32).
-- gathered weights: what the batch axes' shards are gathered into for the matmuls: one layer's
-  weights at a time, the embedding and the LM head whole, all in float32 (XLA gathers the
-  master weights, then casts), and the LM head's float32 gradient, whole until the logits
-  chunks have all added to it.
+- gathered weights: what the batch axes' shards of the compute copy are gathered into for the
+  matmuls: one layer's weights at a time and the embedding and the LM head whole, in the
+  compute dtype; and the LM head's float32 gradient, whole until the logits chunks have all
+  added to it.
 - activations: one micro-batch of rows over the batch axes. With remat, each layer keeps its
-  input [b, L, D] and one layer at a time holds its internals; without remat, every layer
-  keeps its internals, the attention scores, mask and probabilities included (causal: about
+  input [b, L, D] and one layer at a time holds its internals and one query block's float32
+  scores (`models.qwen.model.attention` scores 256 queries at a time); without remat, every
+  layer keeps its internals and every block's scores, mask and probabilities (causal: about
   L² / 2 per head each, float32). Plus the LM head's logits: one chunk [b, chunk, V] and its
   gradient, or every chunk with ``recompute_logits=False``. Heads and MLP channels are split
   over "model" where they divide.
 - KV cache: the sampler's keys and values over the rows it decodes at once, at a context of
-  prompt + response slots, in the sampler dtype (Gated DeltaNet layers: their float32 state and
-  convolution history instead).
+  prompt + a turn's new tokens + response slots, in the sampler dtype (Gated DeltaNet layers:
+  their float32 state and convolution history instead).
 - sampler copy: the params in the sampler dtype under `tpu.mesh.SAMPLER_RULES`.
+- sampler activations: the larger of the sampler's two programs' temporaries
+  (`sampler_activation_bytes`).
 
-The activation and logits lines are estimates (what XLA keeps depends on its fusion choices);
-`bench/plan.py` compares them with the compiled train step's own memory analysis.
+On a slice of several hosts each host samples its share of the rows on one chip with a whole
+copy of the weights (`tpu.mesh.to_sampler`), and the sampler lines count that chip. The step's
+total is its larger phase: the learner's lines, or the rollout's (the learner's params and
+AdamW state stay resident beside the sampler's lines).
+
+The activation lines are estimates of what the TPU compiler keeps; `bench/plan.py` compares
+every line group with the compiler's own memory analysis (`tpu.compile`).
 """
 
 from __future__ import annotations
@@ -167,8 +175,9 @@ def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) 
     cb = DTYPE_BYTES[work.compute_dtype]
     d, heads = cfg.hidden_size, _split(cfg.num_heads, model)
     internals = tokens * token_internals(cfg, model) * cb
-    probabilities = 3 * rows * heads * length * length / 2 * 4 * cfg.num_full / cfg.num_layers
-    per_layer = internals + probabilities
+    queries = min(ATTENTION_BLOCK, length) if work.remat else length / 2
+    scores = (1 if work.remat else 3) * rows * heads * queries * length * 4
+    per_layer = internals + scores * cfg.num_full / cfg.num_layers
     layers = (cfg.num_layers * tokens * d * cb + per_layer if work.remat
               else cfg.num_layers * per_layer)
     vocab = _split(cfg.vocab_size, model)
@@ -217,9 +226,9 @@ def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts
 def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int
                  ) -> float:
     """One sampler layer's temporaries for `rows` x `tokens` new tokens reading the cache: its
-    internals, and one query block's float32 scores, mask and probabilities."""
+    internals, and one query block's float32 scores."""
     block = min(tokens, ATTENTION_BLOCK)
-    scores = 3 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
+    scores = rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
     return (rows * tokens * token_internals(cfg, model) * DTYPE_BYTES[work.sampler_dtype]
             + (scores if cfg.num_full else 0.0))
 
@@ -229,7 +238,8 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
     """The sampler's temporaries, one device: the larger of its two programs'.
 
     - The prefill of the groups' shared prompts (`kv_cache.prefill_rows`): a fresh cache for
-      the prompts, the rows copied out of it (a cache's worth), one layer's temporaries.
+      the prompts, whole on every device (the rows are gathered out of it), the rows copied
+      out of it (a cache's worth), one layer's temporaries for the prompts.
     - A turn (`sampler.compiled_generate`): a copy of the cache the decode loop carries, one
       layer's temporaries for the turn's new tokens, and the sampling's float32 logits (the
       logits, their sort, cumulative sum and probabilities, about 5 [B, V]).
@@ -238,17 +248,18 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
     model = sizes["model"]
     shards = math.prod(sizes[a] for a in BATCH_AXES)
     prompts = max(1, work.sampler_rows // hosts // work.group_size)
-    prompts = prompts / shards if prompts % shards == 0 else prompts
+    split = prompts / shards if prompts % shards == 0 else prompts
     row = cache_row_bytes(cfg, work, model)
-    prefill = (prompts + rows) * row + _layer_bytes(cfg, work, prompts, work.prompt, model)
+    prefill = (prompts + rows) * row + _layer_bytes(cfg, work, split, work.prompt, model)
     logits = 5 * rows * _split(cfg.vocab_size, model) * 4
     turn = rows * row + _layer_bytes(cfg, work, rows, work.turn_tokens, model) + logits
     return max(prefill, turn)
 
 
-def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:
-    """The "gathered weights" line: float32 shards gathered over the batch axes (still split
-    over "model"), and the LM head's gradient. Nothing is gathered without sharded batch axes."""
+def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int], work: Workload) -> float:
+    """The "gathered weights" line: the compute copy's shards gathered over the batch axes
+    (still split over "model"), and the LM head's float32 gradient. Nothing is gathered without
+    sharded batch axes."""
     if math.prod(sizes[a] for a in BATCH_AXES) == 1:
         return 0.0
     gathered = {**sizes, **{a: 1 for a in BATCH_AXES}}
@@ -258,7 +269,8 @@ def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int]) -> float:
             else _shard_elements(description["lm_head"], LEARNER_RULES, gathered))
     untied = 0 if cfg.tie_word_embeddings else head
     layers = param_elements(cfg, LEARNER_RULES, gathered) - embedding - untied
-    return 4.0 * (layers / cfg.num_layers + embedding + untied + head)
+    cb = DTYPE_BYTES[work.compute_dtype]
+    return cb * (layers / cfg.num_layers + embedding + untied) + 4.0 * head
 
 
 LEARNER_LINES = ("params", "optimizer", "gradients", "compute copy", "gathered weights",
@@ -287,7 +299,7 @@ def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = 
         "optimizer": 2 * params * 4.0,
         "gradients": params * 4.0 * (2 if work.micro_batches > 1 else 1),
         "compute copy": 0.0 if cb == 4 else float(params * cb),
-        "gathered weights": gathered_bytes(cfg, sizes),
+        "gathered weights": gathered_bytes(cfg, sizes, work),
         "activations": activation_bytes(cfg, work, sizes),
         "kv cache": cache_bytes(cfg, work, sizes, hosts),
         "sampler copy": param_elements(cfg, SAMPLER_RULES, sampler_view(work, sizes, hosts)[1])
@@ -320,12 +332,13 @@ def model_config(name: str) -> QwenConfig:
 
 
 def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload,
-          chips: tuple[str, ...] = tuple(CHIPS)) -> str:
+          chips: tuple[str, ...] = tuple(CHIPS), hosts: int = 1) -> str:
     """A markdown table of the plan with and without remat, GiB per device, ending with one
     line per chip in `chips`: whether each column's total fits in `HEADROOM` of its memory."""
-    rows = {remat: plan(cfg, mesh, devices, dataclasses.replace(work, remat=remat))
+    rows = {remat: plan(cfg, mesh, devices, dataclasses.replace(work, remat=remat), hosts)
             for remat in (True, False)}
-    setup = (f"mesh {mesh.describe()} on {devices} devices; {work.rows} rows x {work.length} "
+    setup = (f"mesh {mesh.describe()} on {devices} devices of {hosts} host"
+             f"{'s' if hosts > 1 else ''}; {work.rows} rows x {work.length} "
              f"tokens in {work.micro_batches} micro-batches, {work.compute_dtype} compute; "
              f"sampler {work.sampler_rows} rows, {work.sampler_dtype}")
     lines = [setup, "", "| per device (GiB) | remat | no remat |", "|---|---:|---:|"]
@@ -364,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                         "local model folder")
     parser.add_argument("--mesh", default="fsdp=-1", help="axis sizes, e.g. data=2,fsdp=4,model=1")
     parser.add_argument("--devices", type=int, default=8, help="devices the mesh spans")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="hosts the devices are on (each samples on one chip)")
     parser.add_argument("--chip", choices=sorted(CHIPS),
                         help="say whether the plan fits this chip only (default: every chip)")
     add_workload_flags(parser, remat=False)
@@ -375,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.model}: {param_elements(cfg, LEARNER_RULES, dict.fromkeys(AXES, 1)):,} "
               "parameters")
         print(table(cfg, mesh, args.devices, work,
-                    (args.chip,) if args.chip else tuple(CHIPS)))
+                    (args.chip,) if args.chip else tuple(CHIPS), args.hosts))
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

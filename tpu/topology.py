@@ -15,10 +15,12 @@ A JAX topology string ("v5e:2x4", "v5p:2x2x4") is taken as well.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import re
+from collections.abc import Iterator
 
 # Per slice family: dimensions of the torus, TensorCores a name counts per chip, chips per host
 # (bounds of a host's block) when a slice spans several hosts.
@@ -32,10 +34,11 @@ ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6lite": "v6e"}
 SINGLE_HOST_CHIPS = {"v4": 4, "v5p": 4, "v5e": 8, "v6e": 8}
 
 # Unless told otherwise, libtpu queries the metadata server of the TPU VM it is not on, logs
-# about its absence, and lets one process at a time load it (a lock file in /tmp)
-DEVICELESS_ENVIRONMENT = {"TPU_SKIP_MDS_QUERY": "1", "TPU_STDERR_LOG_LEVEL": "3",
-                          "TPU_MIN_LOG_LEVEL": "3", "TF_CPP_MIN_LOG_LEVEL": "3",
-                          "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+# errors about the worker variables that VM would set, and lets one process at a time load it
+# (a lock file in /tmp). libtpu reads these when it loads.
+DEVICELESS_ENVIRONMENT = {"TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+                          "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0",
+                          "TPU_ACCELERATOR_TYPE": "v5litepod-1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,11 +122,18 @@ def parse_slice(name: str) -> Slice:
     return Slice(family, torus(count // cores_per_chip, dims))
 
 
-def deviceless_libtpu() -> None:
-    """Sets the environment for libtpu on a machine without a TPU (`DEVICELESS_ENVIRONMENT`;
-    variables already set are kept). Call it before the first TPU compile."""
-    for key, value in DEVICELESS_ENVIRONMENT.items():
-        os.environ.setdefault(key, value)
+@contextlib.contextmanager
+def deviceless_environment() -> Iterator[None]:
+    """`DEVICELESS_ENVIRONMENT` while libtpu loads, then the environment as it was (the worker
+    variables would make `tpu.distributed` take this machine for a TPU VM). Variables already
+    set are kept."""
+    added = {k: v for k, v in DEVICELESS_ENVIRONMENT.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def devices(name: str | Slice) -> list:
@@ -134,14 +144,14 @@ def devices(name: str | Slice) -> list:
       RuntimeError: libtpu is not installed (``pip install 'prover-jax[tpu]'``).
     """
     spec = name if isinstance(name, Slice) else parse_slice(name)
-    deviceless_libtpu()
     from jax.experimental import topologies
 
     try:
-        description = topologies.get_topology_desc(
-            platform="tpu", topology_name=spec.topology_name,
-            chips_per_host_bounds=spec.host_bounds,
-            **({"chip_config_name": "megacore"} if spec.family == "v4" else {}))
+        with deviceless_environment():
+            description = topologies.get_topology_desc(
+                platform="tpu", topology_name=spec.topology_name,
+                chips_per_host_bounds=spec.host_bounds,
+                **({"chip_config_name": "megacore"} if spec.family == "v4" else {}))
     except RuntimeError as error:
         raise RuntimeError(f"topology {spec.topology_name}: the TPU compiler is unavailable "
                            f"({error}); install the tpu extra: pip install "

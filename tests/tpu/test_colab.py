@@ -16,12 +16,15 @@ DIAGNOSTICS = {"prover": ("credit/prover/accepted", "credit/prover/mean_delta"),
                "vict": ("credit/vict/trigger_rate", "credit/vict/sparsity")}
 
 
-def test_notebook_names_no_package_index():
-    """The install cell clones REPO_URL and installs the clone: no registry host, no
-    `pip install prover-jax` of a package that is not published."""
-    text = NOTEBOOK.read_text()
-    assert "REPO_URL = " in text and "git\", \"clone" in text
-    assert "pypi" not in text.lower() and "pip install prover-jax" not in text
+def test_notebook_installs_from_the_repository():
+    """The first code cell sets REPO_URL; the next clones it and installs the clone. No package
+    index is named, and no `prover-jax` package is asked of one (it is not published)."""
+    cells = ["".join(cell["source"]) for cell in json.loads(NOTEBOOK.read_text())["cells"]
+             if cell["cell_type"] == "code"]
+    assert cells[0].lstrip("# ").startswith("SET THIS") and 'REPO_URL = "' in cells[0]
+    assert '"git", "clone"' in cells[1] and 'f"{SOURCE}[tpu]" if TPU else str(SOURCE)' in cells[1]
+    text = "".join(cells).lower()
+    assert not any(host in text for host in ("pypi", "pythonhosted", "storage.googleapis"))
 
 
 @pytest.mark.slow
