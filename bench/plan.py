@@ -43,7 +43,8 @@ class Case(NamedTuple):
 
     @property
     def key(self) -> str:
-        return f"{self.model} {self.slice} {self.mesh.describe()} {self.work.rows}x{self.work.length}"
+        work = f"{self.work.rows}x{self.work.length}"
+        return f"{self.model} {self.slice} {self.mesh.describe()} {work}"
 
 
 SMALL = ("qwen3-0.6b", "qwen2.5-1.5b", "qwen3.5-2b")
@@ -91,9 +92,9 @@ def compare(case: Case, measured: dict) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model, slice, mesh, rows x tokens | learner GiB | plan / compiler | "
-             "sampler GiB | plan / compiler | step GiB | plan / compiler | fits (compiler, "
-             "plan) |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [("| model, slice, mesh, rows x tokens | learner GiB | plan / compiler | "
+              "sampler GiB | plan / compiler | step GiB | plan / compiler | fits (compiler, "
+              "plan) |"), "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         verdict = f"{'yes' if r['compiler_fits'] else 'no'}, {'yes' if r['plan_fits'] else 'no'}"
         lines.append(f"| {r['case']} | {r['learner_gib']:.2f} | {r['learner_ratio']:.2f} | "

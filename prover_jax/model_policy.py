@@ -52,8 +52,9 @@ class SamplingConfig:
 
     ``max_context`` caps an episode's token stream (None: the model's
     ``max_position_embeddings``). ``dtype`` is that of the weights and the KV cache while
-    sampling ("bfloat16" halves both; the log-probabilities stay float32). ``reuse_cache=False`` prefills every episode's whole stream
-    into a fresh cache at every turn (the reference path: same tokens, quadratic cost).
+    sampling ("bfloat16" halves both; the log-probabilities stay float32).
+    ``reuse_cache=False`` prefills every episode's whole stream into a fresh cache at every turn
+    (the reference path: same tokens, quadratic cost).
     """
 
     max_new_tokens: int = 128

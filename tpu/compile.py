@@ -59,8 +59,8 @@ class Setup:
     model: str  # a preset or a model folder (for the report)
     cfg: object  # models.qwen.QwenConfig
     slice: topology.Slice
-    mesh: MeshConfig = MeshConfig(fsdp=-1)
-    work: plan.Workload = plan.Workload()
+    mesh: MeshConfig = dataclasses.field(default_factory=lambda: MeshConfig(fsdp=-1))
+    work: plan.Workload = dataclasses.field(default_factory=plan.Workload)
 
     def __post_init__(self):
         sizes = self.sizes
@@ -372,57 +372,69 @@ def estimates(setup: Setup) -> dict[str, float]:
 PLAN_LINES = {"learner step": plan.LEARNER_LINES, "sampler": plan.SAMPLER_LINES}
 
 
-def render(report: Report) -> str:
-    """The report as markdown: memory per program against the plan, collectives, roofline."""
-    setup, planned = report.setup, report.planned
-    chip = setup.chip
-    unit, size = ("GiB", GiB) if report.peak >= GiB else ("MiB", 2**20)
-
-    def _gib(n: float) -> str:
+def _memory_lines(report: Report, unit: str, size: int) -> list[str]:
+    """Each program's memory, then the compiler against the plan."""
+    def amount(n: float) -> str:
         return f"{n / size:.2f}"
 
-    lines = [setup.describe(), "",
-             f"| program | arguments | outputs | aliased | temporaries | peak {unit} / device | "
-             "compile s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    planned = report.planned
+    lines = [(f"| program | arguments | outputs | aliased | temporaries | peak {unit} / device "
+              "| compile s |"), "|---|---:|---:|---:|---:|---:|---:|"]
     for p in report.programs:
-        memory = (f"{_gib(p.argument)} | {_gib(p.output)} | {_gib(p.alias)} | {_gib(p.temp)}"
-                  if not p.exhausted else "out of memory | | |")
-        lines.append(f"| {p.name} | {memory} | {_gib(p.peak)} | {p.seconds:.0f} |")
-    learner_plan = sum(planned[n] for n in plan.LEARNER_LINES)
-    sampler_plan = sum(planned[n] for n in plan.SAMPLER_LINES)
+        memory = ("out of memory | | |" if p.exhausted else
+                  f"{amount(p.argument)} | {amount(p.output)} | {amount(p.alias)} | "
+                  f"{amount(p.temp)}")
+        lines.append(f"| {p.name} | {memory} | {amount(p.peak)} | {p.seconds:.0f} |")
+    pairs = {"learner step": (report.learner_peak,
+                              sum(planned[n] for n in plan.LEARNER_LINES)),
+             "sampler (largest program)": (report.sampler_peak,
+                                           sum(planned[n] for n in plan.SAMPLER_LINES)),
+             "step peak (learner, or state + sampler)": (report.peak, planned["total"])}
     lines += ["", f"| per device ({unit}) | compiler | plan | plan / compiler |",
-              "|---|---:|---:|---:|",
-              f"| learner step | {_gib(report.learner_peak)} | {_gib(learner_plan)} | "
-              f"{learner_plan / report.learner_peak:.2f} |",
-              f"| sampler (largest program) | {_gib(report.sampler_peak)} | "
-              f"{_gib(sampler_plan)} | {sampler_plan / report.sampler_peak:.2f} |",
-              f"| step peak (learner, or state + sampler) | {_gib(report.peak)} | "
-              f"{_gib(planned['total'])} | {planned['total'] / report.peak:.2f} |"]
-    lines += ["", f"plan lines ({unit}): " + ", ".join(f"{name} {_gib(value)}"
-                                                   for name, value in planned.items()
-                                                   if name != "total")]
-    usable = plan.HEADROOM * chip.hbm_bytes
-    verdict = "fits" if report.fits else "does NOT fit"
-    lines += ["", f"**{verdict}**: peak {report.peak / GiB:.2f} GiB of {usable / GiB:.2f} GiB "
-                  f"usable ({plan.HEADROOM:.0%} of {chip.name}'s {chip.hbm_bytes / GiB:.2f} GiB)",
-              "", f"| collectives (count in the HLO, result {unit}) | " + " | ".join(COLLECTIVES)
-              + " |",
-              "|---|" + "---:|" * len(COLLECTIVES)]
+              "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {amount(ours)} | {amount(theirs)} | {theirs / ours:.2f} |"
+              for name, (ours, theirs) in pairs.items()]
+    detail = ", ".join(f"{name} {amount(value)}" for name, value in planned.items()
+                       if name != "total")
+    return [*lines, "", f"plan lines ({unit}): {detail}"]
+
+
+def _collective_lines(report: Report, unit: str, size: int) -> list[str]:
+    """Per program: how many of each collective, and their results' size."""
+    lines = [f"| collectives (count in the HLO, result {unit}) | {' | '.join(COLLECTIVES)} |",
+             "|---|" + "---:|" * len(COLLECTIVES)]
     for p in report.programs:
-        cells = [f"{p.collectives[op][0]} ({_gib(p.collectives[op][1])})" if p.collectives[op][0]
-                 else "-" for op in COLLECTIVES]
-        lines.append(f"| {p.name} | " + " | ".join(cells) + " |")
-    e = estimates(setup)
-    lines += ["", f"roofline ({chip.name}: {chip.peak_flops / 1e12:.0f} TFLOP/s bf16, "
-                  f"{chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per chip; lower bounds on time):",
-              f"- learner step: {e['learner_flops'] / 1e15:.1f} PFLOP, >= {e['learner_s']:.2f} s, "
-              f"<= {e['learner_tokens_per_s']:,.0f} tokens/s, MFU <= {e['learner_mfu']:.0%}",
-              f"- sampler decode step: >= {e['decode_step_s'] * 1e3:.2f} ms, "
-              f"<= {e['decode_tokens_per_s']:,.0f} tokens/s (all hosts), "
-              f"MFU <= {e['decode_mfu']:.1%}",
-              f"- sampler turn ({setup.work.turn_tokens} new + {setup.work.response} generated "
-              f"tokens per row): >= {e['turn_s']:.2f} s"]
-    return "\n".join(lines)
+        cells = [f"{count} ({size_ / size:.2f})" if count else "-"
+                 for count, size_ in (p.collectives[op] for op in COLLECTIVES)]
+        lines.append(f"| {p.name} | {' | '.join(cells)} |")
+    return lines
+
+
+def _roofline_lines(setup: Setup) -> list[str]:
+    chip, e = setup.chip, estimates(setup)
+    return [(f"roofline ({chip.name}: {chip.peak_flops / 1e12:.0f} TFLOP/s bf16, "
+             f"{chip.hbm_bandwidth / 1e9:.0f} GB/s HBM per chip; lower bounds on time):"),
+            (f"- learner step: {e['learner_flops'] / 1e15:.1f} PFLOP, >= {e['learner_s']:.2f} s, "
+             f"<= {e['learner_tokens_per_s']:,.0f} tokens/s, MFU <= {e['learner_mfu']:.0%}"),
+            (f"- sampler decode step: >= {e['decode_step_s'] * 1e3:.2f} ms, "
+             f"<= {e['decode_tokens_per_s']:,.0f} tokens/s (all hosts), "
+             f"MFU <= {e['decode_mfu']:.1%}"),
+            (f"- sampler turn ({setup.work.turn_tokens} new + {setup.work.response} generated "
+             f"tokens per row): >= {e['turn_s']:.2f} s")]
+
+
+def render(report: Report) -> str:
+    """The report as markdown: memory per program against the plan, the verdict, collectives,
+    roofline."""
+    chip = report.setup.chip
+    unit, size = ("GiB", GiB) if report.peak >= GiB else ("MiB", 2**20)
+    usable = plan.HEADROOM * chip.hbm_bytes
+    verdict = (f"**{'fits' if report.fits else 'does NOT fit'}**: peak "
+               f"{report.peak / GiB:.2f} GiB of {usable / GiB:.2f} GiB usable "
+               f"({plan.HEADROOM:.0%} of {chip.name}'s {chip.hbm_bytes / GiB:.2f} GiB)")
+    return "\n".join([report.setup.describe(), "", *_memory_lines(report, unit, size), "",
+                      verdict, "", *_collective_lines(report, unit, size), "",
+                      *_roofline_lines(report.setup)])
 
 
 def candidates(setup: Setup) -> Iterator[Setup]:

@@ -15,9 +15,9 @@ What each line counts, per device:
   input [b, L, D] and one layer at a time holds its internals and one query block's float32
   scores (`models.qwen.model.attention` scores 256 queries at a time); without remat, every
   layer keeps its internals and every block's scores, mask and probabilities (causal: about
-  L² / 2 per head each, float32). Plus the LM head's logits: one chunk [b, chunk, V] and its
-  gradient, or every chunk with ``recompute_logits=False``. Heads and MLP channels are split
-  over "model" where they divide.
+  L² / 2 per head each, float32). Plus the LM head's float32 logits: one chunk [b, chunk, V],
+  its log-softmax and its gradient, or every chunk's logits with ``recompute_logits=False``.
+  Heads and MLP channels are split over "model" where they divide.
 - KV cache: the sampler's keys and values over the rows it decodes at once, at a context of
   prompt + a turn's new tokens + response slots, in the sampler dtype (Gated DeltaNet layers:
   their float32 state and convolution history instead).
@@ -182,7 +182,7 @@ def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) 
               else cfg.num_layers * per_layer)
     vocab = _split(cfg.vocab_size, model)
     kept = work.length if not work.recompute_logits else min(work.logits_chunk, work.length)
-    logits = rows * (kept + min(work.logits_chunk, work.length)) * vocab * 4
+    logits = rows * (kept + 2 * min(work.logits_chunk, work.length)) * vocab * 4
     return layers + logits
 
 
@@ -226,9 +226,9 @@ def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts
 def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int
                  ) -> float:
     """One sampler layer's temporaries for `rows` x `tokens` new tokens reading the cache: its
-    internals, and one query block's float32 scores."""
+    internals, and one query block's float32 scores and probabilities."""
     block = min(tokens, ATTENTION_BLOCK)
-    scores = rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
+    scores = 2 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
     return (rows * tokens * token_internals(cfg, model) * DTYPE_BYTES[work.sampler_dtype]
             + (scores if cfg.num_full else 0.0))
 

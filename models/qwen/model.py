@@ -165,11 +165,12 @@ KEYS_MAJOR_ROWS = 8
 def _scores(rows: jax.Array, k: jax.Array) -> jax.Array:
     """float32 scores [B, K, Q, S] of query rows [B, K, Q, E] against keys [B, K, S, E].
 
-    On CPU (the platform of the keys' devices), up to `KEYS_MAJOR_ROWS` query rows (a decode step's heads of one kv head) are
-    scored keys-major, as [B, K, S, Q] then transposed: XLA:CPU streams the keys through that
-    matmul faster (a 55M Qwen3 decoding at batch 8 with 2048 cache slots: 2.4-2.6 s against
-    2.6-3.0 s; no change with 128 slots), while with 16 rows it was slower at 128 slots. The
-    barrier keeps XLA from folding the transpose back into the matmul.
+    On CPU (the platform of the keys' devices), up to `KEYS_MAJOR_ROWS` query rows (a decode
+    step's heads of one kv head) are scored keys-major, as [B, K, S, Q] then transposed:
+    XLA:CPU streams the keys through that matmul faster (a 55M Qwen3 decoding at batch 8 with
+    2048 cache slots: 2.4-2.6 s against 2.6-3.0 s; no change with 128 slots), while with 16
+    rows it was slower at 128 slots. The barrier keeps XLA from folding the transpose back into
+    the matmul.
     """
     if rows.shape[2] > KEYS_MAJOR_ROWS or platform_of(k) != "cpu":
         return jnp.einsum("bkqe,bkse->bkqs", rows, k, preferred_element_type=jnp.float32)

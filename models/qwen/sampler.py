@@ -36,8 +36,8 @@ DECODE_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 def sampling_params(params, cfg: QwenConfig):
     """The params laid out as `generate` runs fastest on their devices' platform (a pytree of
-    the same arrays or of copies; `platform.platform_of`). `generate` accepts either layout; preparing the params once per weight
-    update saves the copies in every call.
+    the same arrays or of copies; `platform.platform_of`). `generate` accepts either layout;
+    preparing the params once per weight update saves the copies in every call.
 
     On CPU: every layer's weights as separate arrays (`unstack_layers`) and, when the model ties
     its embeddings, the LM head as its own [D, V] array (a transposed copy of the embedding):

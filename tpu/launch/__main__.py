@@ -13,6 +13,7 @@ leaves that out.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Sequence
 
@@ -46,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def overrides(train_args: Sequence[str]) -> list[str]:
     """The values of the trainer's ``--set KEY=VALUE`` arguments, in order."""
-    return [value for flag, value in zip(train_args, train_args[1:]) if flag == "--set"]
+    return [value for flag, value in itertools.pairwise(train_args) if flag == "--set"]
 
 
 def fits_before_creating(target: launch.Target, echo=print) -> bool:
