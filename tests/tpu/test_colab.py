@@ -17,8 +17,8 @@ DIAGNOSTICS = {"prover": ("credit/prover/accepted", "credit/prover/mean_delta"),
 
 
 def test_notebook_installs_from_the_repository():
-    """The first code cell sets REPO_URL; the next clones it and installs the clone. No package
-    index is named, and no `prover-jax` package is asked of one (it is not published)."""
+    """The first code cell sets REPO_URL; the next clones it and pip-installs the clone, since
+    prover-jax is not published on a package index (none is named)."""
     cells = ["".join(cell["source"]) for cell in json.loads(NOTEBOOK.read_text())["cells"]
              if cell["cell_type"] == "code"]
     assert cells[0].lstrip("# ").startswith("SET THIS") and 'REPO_URL = "' in cells[0]
