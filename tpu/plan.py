@@ -46,7 +46,8 @@ from pathlib import Path
 import jax
 
 from models import qwen
-from models.qwen.config import QwenConfig
+from models.qwen.config import FULL, LINEAR, QwenConfig
+from models.qwen.deltanet import CHUNK
 from models.qwen.model import ATTENTION_BLOCK
 from models.qwen.params import ArrayInfo
 from tpu import roofline
@@ -151,20 +152,30 @@ def _split(count: int, ways: int) -> float:
     return count / ways if count % ways == 0 else count
 
 
-def token_internals(cfg: QwenConfig, model: int) -> float:
-    """Values one token's layer holds besides its scores, averaged over the layer kinds, with
-    heads and channels split `model` ways: residuals, projections' outputs and the norms with
-    their float32 inputs (8 D), q k v before and after the rotary embedding, the attention
-    output, and the MLP's gate, up, sigmoid and product (Gated DeltaNet: its conv channels
-    before and after the convolution, and its values twice)."""
+def token_bytes(cfg: QwenConfig, model: int, dtype: str) -> dict[str, float]:
+    """layer kind -> bytes one token's layer holds besides its attention scores, with heads
+    and channels split `model` ways, activations in `dtype`:
+    - both kinds: residuals, projections' outputs and the norms with their float32 inputs
+      (8 D), and the MLP's gate, up, sigmoid and product;
+    - full attention: q k v before and after the rotary embedding, the output gate, the
+      attention output;
+    - Gated DeltaNet: its conv channels before and after the convolution, z and the gated
+      output; in float32 q and k repeated to every value head and their decayed copies, v,
+      u, w, the output and its norm; per chunk of `CHUNK` tokens the decay, mix and intra-chunk
+      matrices [C, C] and the state [dk, dv] the backward pass keeps, a token's share.
+    """
+    cb = DTYPE_BYTES[dtype]
+    common = (8 * cfg.hidden_size + 4 * _split(cfg.intermediate_size, model)) * cb
     heads, kv = _split(cfg.num_heads, model), _split(cfg.num_kv_heads, model)
-    attention = (3 * heads + 4 * kv) * cfg.head_dim
+    gate = heads if cfg.attn_output_gate else 0
+    out = {FULL: common + (3 * heads + 4 * kv + gate) * cfg.head_dim * cb}
     if cfg.num_linear:
+        values = _split(cfg.linear_num_value_heads, model)
+        dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
         channels = _split(cfg.linear_conv_dim, model)
-        values = _split(cfg.linear_num_value_heads, model) * cfg.linear_value_head_dim
-        linear = 2 * channels + 2 * values
-        attention = (cfg.num_full * attention + cfg.num_linear * linear) / cfg.num_layers
-    return 8 * cfg.hidden_size + attention + 4 * _split(cfg.intermediate_size, model)
+        float32 = values * (5 * dk + 4 * dv + 3 * CHUNK + dk * dv / CHUNK) * 4
+        out[LINEAR] = common + (2 * channels + 2 * values * dv) * cb + float32
+    return out
 
 
 def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
@@ -174,12 +185,15 @@ def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) 
     tokens, length, model = rows * work.length, work.length, sizes["model"]
     cb = DTYPE_BYTES[work.compute_dtype]
     d, heads = cfg.hidden_size, _split(cfg.num_heads, model)
-    internals = tokens * token_internals(cfg, model) * cb
     queries = min(ATTENTION_BLOCK, length) if work.remat else length / 2
     scores = (1 if work.remat else 3) * rows * heads * queries * length * 4
-    per_layer = internals + scores * cfg.num_full / cfg.num_layers
-    layers = (cfg.num_layers * tokens * d * cb + per_layer if work.remat
-              else cfg.num_layers * per_layer)
+    per_token = token_bytes(cfg, model, work.compute_dtype)
+    per_layer = {kind: tokens * size + (scores if kind == FULL else 0.0)
+                 for kind, size in per_token.items()}
+    if work.remat:  # every layer's input, and the largest layer's internals
+        layers = cfg.num_layers * tokens * d * cb + max(per_layer.values())
+    else:
+        layers = sum(per_layer[kind] for kind in cfg.kinds)
     vocab = _split(cfg.vocab_size, model)
     kept = work.length if not work.recompute_logits else min(work.logits_chunk, work.length)
     logits = rows * (kept + 2 * min(work.logits_chunk, work.length)) * vocab * 4
@@ -225,12 +239,13 @@ def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts
 
 def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int
                  ) -> float:
-    """One sampler layer's temporaries for `rows` x `tokens` new tokens reading the cache: its
-    internals, and one query block's float32 scores and probabilities."""
+    """The largest sampler layer's temporaries for `rows` x `tokens` new tokens reading the
+    cache: its internals, and one query block's float32 scores and probabilities."""
     block = min(tokens, ATTENTION_BLOCK)
     scores = 2 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
-    return (rows * tokens * token_internals(cfg, model) * DTYPE_BYTES[work.sampler_dtype]
-            + (scores if cfg.num_full else 0.0))
+    per_token = token_bytes(cfg, model, work.sampler_dtype)
+    return max(rows * tokens * size + (scores if kind == FULL else 0.0)
+               for kind, size in per_token.items())
 
 
 def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int],

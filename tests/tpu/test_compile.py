@@ -106,8 +106,9 @@ def test_a_program_for_tpu_takes_the_tpu_path(name):
 
 
 @pytest.fixture(scope="module", params=[("qwen3", "v5e:2x2", MeshConfig(fsdp=2, model=2)),
-                                        ("qwen3_5", "v5p-16", MeshConfig(fsdp=-1))],
-                ids=["qwen3-v5e-2x2", "qwen3_5-v5p-16-two-hosts"])
+                                        ("qwen3_5", "v5e:2x2", MeshConfig(fsdp=-1)),
+                                        ("qwen3", "v5p-16", MeshConfig(fsdp=-1))],
+                ids=["qwen3-v5e-2x2-tensor-parallel", "qwen3_5-v5e-2x2", "qwen3-v5p-16-two-hosts"])
 def report(request):
     name, topology_name, mesh = request.param
     setup = tpu_compile.Setup(name, SMALL[name], topology.parse_slice(topology_name), mesh,
@@ -134,11 +135,19 @@ def test_every_program_compiles_with_the_planned_shardings(report):
     assert learner.alias > 0.9 * report.state  # the state is donated and updated in place
 
 
+# Models this small keep less than the plan's per-token internals and cache copies (the
+# compiler fuses them away at these sizes): the plan is conservative here by up to ~2.7x. The
+# papers' scale is held to `plan.BAND` against the TPU compiler's recorded numbers
+# (tests/tpu/test_plan.py::test_the_plan_is_within_its_band_of_the_tpu_compiler).
+SMALL_MODEL_BAND = 3.0
+
+
 def test_memory_within_the_plans_band(report):
     learner = sum(report.planned[name] for name in plan.LEARNER_LINES)
     sampler_lines = sum(report.planned[name] for name in plan.SAMPLER_LINES)
-    assert 1.0 <= learner / report.learner_peak <= plan.BAND
-    assert 1.0 <= sampler_lines / report.sampler_peak <= plan.BAND
+    assert 1.0 <= learner / report.learner_peak <= SMALL_MODEL_BAND
+    assert 1.0 <= sampler_lines / report.sampler_peak <= SMALL_MODEL_BAND
+    assert 1.0 <= report.planned["total"] / report.peak <= SMALL_MODEL_BAND
     assert report.fits
     text = tpu_compile.render(report)
     assert "**fits**" in text and "| learner step |" in text and "MFU <=" in text
@@ -159,12 +168,13 @@ def test_collectives_are_read_from_the_hlo():
 
 
 def test_suggestions_fit_by_the_plan():
-    cfg = plan.model_config("qwen3-8b")
-    setup = tpu_compile.Setup("qwen3-8b", cfg, topology.parse_slice("v5e-8"),
+    cfg = plan.model_config("qwen2.5-1.5b")
+    setup = tpu_compile.Setup("qwen2.5-1.5b", cfg, topology.parse_slice("v5e-8"),
                               MeshConfig(fsdp=-1), plan.Workload(remat=False, micro_batches=1))
     assert not plan.fits(plan.plan(cfg, setup.mesh, 8, setup.work)["total"], "v5e")
     suggestion = tpu_compile.nearest_fit(setup)
-    assert suggestion is not None and suggestion.work.remat
+    # remat alone leaves the papers' 128 rows in one micro-batch too large; two fit
+    assert (suggestion.work.remat, suggestion.work.micro_batches) == (True, 2)
     assert plan.fits(plan.plan(cfg, suggestion.mesh, 8, suggestion.work)["total"], "v5e")
     nearer = list(tpu_compile.candidates(setup))
     assert nearer.index(suggestion) == min(
@@ -186,3 +196,16 @@ def test_a_config_becomes_a_setup(tmp_path):
         dataclasses.replace(setup, slice=topology.parse_slice("v5e-16"),
                             mesh=MeshConfig(fsdp=-1, model=2))
     assert math.prod(setup.sizes.values()) == 8
+
+
+def test_command_line_errors_name_the_problem(capsys):
+    with pytest.raises(SystemExit) as raised:
+        tpu_compile.main(["--topology", "v5e-8"])
+    assert raised.value.code == 2 and "give --model, or --config" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tpu_compile.main(["--topology", "v9-8", "--model", "qwen3-0.6b"])
+    assert "FAMILY-COUNT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tpu_compile.main(["--topology", "v5e-16", "--model", "qwen3-0.6b", "--mesh",
+                          "fsdp=-1,model=2"])
+    assert "model must be 1" in capsys.readouterr().err

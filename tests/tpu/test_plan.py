@@ -4,6 +4,7 @@ command line."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -110,3 +111,19 @@ def test_command_line_says_whether_it_fits_every_chip(capsys):
         assert line == ["fits" if plan.fits(total, chip) else "does not fit" for total in totals]
     assert plan.main([*args, "--chip", "v5e"]) == 0
     assert list(verdicts(capsys.readouterr().out)) == ["v5e (16 GiB, 90% usable)"]
+
+
+def test_the_plan_is_within_its_band_of_the_tpu_compiler():
+    """Every preset's learner and sampler lines against the TPU compiler's memory of the same
+    programs, as `bench/plan.py` recorded it (bench/results/plan.json): the plan may not
+    promise less than the compiler needs, nor more than `plan.BAND` times it."""
+    from bench import plan as bench_plan
+
+    recorded = json.loads((bench_plan.RESULTS).read_text())["results"]["measured"]
+    cases = [case for case in bench_plan.CASES if case.key in recorded]
+    assert {case.model for case in cases} == set(plan.PRESETS)
+    assert len({case.slice for case in cases}) >= 3
+    for case in cases:
+        row = bench_plan.compare(case, recorded[case.key])
+        for part in ("learner", "sampler", "step"):
+            assert 1.0 <= row[f"{part}_ratio"] <= plan.BAND, (case.key, part, row)
