@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
 
 from envs import json_text
 from envs.base import Task
@@ -40,6 +41,7 @@ from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.checks import check_choice
 from prover_jax.rollout import Action, Episode, Policy
+from tpu.mesh import AXES, cache_shardings
 
 SAMPLING_DTYPES = ("float32", "bfloat16")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
@@ -75,6 +77,15 @@ class SamplingConfig:
         if self.max_context is not None and self.max_context <= self.max_new_tokens:
             raise ValueError(f"max_context={self.max_context} leaves no room for a prompt "
                              f"and max_new_tokens={self.max_new_tokens}")
+
+
+def sampler_mesh(params) -> Mesh | None:
+    """The `tpu.mesh` mesh the params are placed on (`tpu.mesh.to_sampler`), or None when they
+    are on one device or another mesh."""
+    sharding = getattr(jax.tree.leaves(params)[0], "sharding", None)
+    if not isinstance(sharding, NamedSharding) or sharding.mesh.size == 1:
+        return None
+    return sharding.mesh if tuple(sharding.mesh.axis_names) == AXES else None
 
 
 def parse_action(reply: str) -> str:
@@ -165,6 +176,7 @@ class ModelPolicy(Policy):
         self.sampling = sampling or SamplingConfig()
         self.params = sampling_params(
             jax.tree.map(lambda p: p.astype(self.sampling.dtype), params), cfg)
+        self.mesh = sampler_mesh(params)
         self.cfg, self.tokenizer, self.system = cfg, tokenizer, system
         self.format = AgentFormat(tokenizer, system, **template_kwargs)
         self.max_context = self.sampling.max_context or cfg.max_position_embeddings
@@ -256,7 +268,7 @@ class ModelPolicy(Policy):
         if s.reuse_cache:
             self._make_room(rows, emptied, head_len + tail_len + s.max_new_tokens)
         else:
-            self._cache = kv_cache.empty(self.cfg, rows, tail_len + s.max_new_tokens, s.dtype)
+            self._cache = self._empty_cache(rows, tail_len + s.max_new_tokens)
         if distinct:
             self._prefill_shared(rows, distinct, new, fresh, head_len)
         tokens = np.full((rows, tail_len), self.pad_id, np.int32)
@@ -278,11 +290,18 @@ class ModelPolicy(Policy):
         return {row: (ids[row, : lengths[row]].tolist(),
                       logprobs[row, : lengths[row]].tolist()) for row in acting}
 
+    def _empty_cache(self, rows: int, slots: int) -> kv_cache.Cache:
+        """An empty cache in the sampling dtype; on a mesh, its rows over the batch axes
+        (`tpu.mesh.cache_shardings`), so each device decodes its share of them."""
+        cache = kv_cache.empty(self.cfg, rows, slots, self.sampling.dtype)
+        if self.mesh is None:
+            return cache
+        return jax.device_put(cache, cache_shardings(cache, self.mesh))
+
     def _make_room(self, rows: int, emptied: list[int], needed: int) -> None:
         """Empties rows and makes `needed` free slots after the cache's length."""
         if self._cache is None:
-            self._cache = kv_cache.empty(self.cfg, rows, bucket(needed),
-                                         self.sampling.dtype)
+            self._cache = self._empty_cache(rows, bucket(needed))
             return
         if emptied:
             self._cache = kv_cache.reset_rows(self._cache,

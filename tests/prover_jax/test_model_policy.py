@@ -43,11 +43,11 @@ CFG = qwen.QwenConfig(model_type="qwen3", vocab_size=400, hidden_size=32,
 PARAMS = qwen.init_numpy(CFG, scale=0.1)
 
 
-def _policy(tokenizer, temperature=1.0, **sampling):
+def _policy(tokenizer, temperature=1.0, params=PARAMS, **sampling):
     assert len(tokenizer) <= CFG.vocab_size
     sampling = SamplingConfig(**{"max_new_tokens": 8, "temperature": temperature,
                                  "min_prompt_tokens": 256, **sampling})
-    return ModelPolicy(PARAMS, CFG, tokenizer, "You are a household agent.", sampling)
+    return ModelPolicy(params, CFG, tokenizer, "You are a household agent.", sampling)
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +164,20 @@ def test_context_overflow_ends_an_episode_as_truncated(trained_tokenizer, pool):
         _policy(trained_tokenizer, max_context=CFG.max_position_embeddings + 1)
     with pytest.raises(ValueError, match="no room"):
         SamplingConfig(max_new_tokens=8, max_context=8)
+
+
+def test_on_a_mesh_each_device_samples_its_rows_and_the_episodes_are_the_same(
+        trained_tokenizer, pool):  # noqa: F811
+    from tpu.mesh import MeshConfig, build_mesh, to_sampler
+
+    mesh = build_mesh(MeshConfig(data=2, fsdp=2, model=2))
+    alone = run(pool, _policy(trained_tokenizer), [start(t) for t in TASKS], random.Random(0),
+                max_actions=2)
+    policy = _policy(trained_tokenizer, params=to_sampler(PARAMS, CFG, mesh))
+    assert policy.mesh is mesh
+    spread = run(pool, policy, [start(t) for t in TASKS], random.Random(0), max_actions=2)
+    rows = policy._cache.valid
+    assert rows.addressable_shards[0].data.shape[0] == rows.shape[0] // 4  # data x fsdp
+    for ours, theirs in zip(spread, alone):
+        assert ours.stream().tokens.tolist() == theirs.stream().tokens.tolist()
+        np.testing.assert_allclose(ours.stream().logprobs, theirs.stream().logprobs, atol=1e-4)

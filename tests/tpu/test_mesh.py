@@ -17,6 +17,7 @@ from tpu.mesh import (
     MeshConfig,
     batch_shards,
     build_mesh,
+    cache_shardings,
     from_process_local,
     parse,
     to_sampler,
@@ -64,8 +65,12 @@ def test_parse_reads_what_describe_writes():
         parse("fsdp=four")
 
 
-def greedy(params, cfg, tokens, positions):
+def greedy(params, cfg, tokens, positions, mesh=None):
+    """Greedy decoding; with a mesh, the cache's rows over its batch axes."""
     cache = qwen.init_cache(cfg, tokens.shape[0], tokens.shape[1] + NEW_TOKENS)
+    if mesh is not None:
+        cache = jax.device_put(cache, cache_shardings(cache, mesh))
+        assert cache.valid.addressable_shards[0].data.shape[0] == tokens.shape[0] // 2
     return generate(params, cfg, tokens, positions, cache, jax.random.key(0),
                     max_tokens=NEW_TOKENS, max_new_tokens=jnp.int32(NEW_TOKENS),
                     stop_tokens=jnp.array([-1], jnp.int32), temperature=jnp.float32(0.0))
@@ -87,7 +92,7 @@ def test_tensor_parallel_greedy_decode_equals_unsharded(name):
     key = "attn.q" if name == "qwen3" else "linear.z"
     assert describe_placement(sharded)[key].split(" / ")[1] != \
         describe_placement(params)[key].split(" / ")[1]  # heads really are split
-    got = greedy(sharded, cfg, *from_process_local(mesh, (tokens, positions)))
+    got = greedy(sharded, cfg, *from_process_local(mesh, (tokens, positions)), mesh)
     np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(expected.tokens))
     np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(expected.logprobs),
                                atol=1e-5)
