@@ -11,9 +11,10 @@ What each line counts, per device:
   matmuls: one layer's weights at a time and the embedding and the LM head whole, in the
   compute dtype; and the LM head's float32 gradient, whole until the logits chunks have all
   added to it.
-- activations: one micro-batch of rows over the batch axes. With remat, each layer keeps its
-  input [b, L, D] and one layer at a time holds its internals and one query block's float32
-  scores (`models.qwen.model.attention` scores 256 queries at a time); without remat, every
+- activations: one micro-batch of rows over the batch axes. With remat, each tile of layers
+  (`QwenConfig.pattern`: one layer for Qwen2/3, four for Qwen3.5) keeps its input [b, L, D]
+  and one tile at a time holds its layers' internals and one query block's float32 scores
+  (`models.qwen.model.attention` scores 256 queries at a time); without remat, every
   layer keeps its internals and every block's scores, mask and probabilities (causal: about
   L² / 2 per head each, float32). Plus the LM head's float32 logits: one chunk [b, chunk, V],
   its log-softmax and its gradient, or every chunk's logits with ``recompute_logits=False``.
@@ -190,8 +191,9 @@ def activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) 
     per_token = token_bytes(cfg, model, work.compute_dtype)
     per_layer = {kind: tokens * size + (scores if kind == FULL else 0.0)
                  for kind, size in per_token.items()}
-    if work.remat:  # every layer's input, and the largest layer's internals
-        layers = cfg.num_layers * tokens * d * cb + max(per_layer.values())
+    if work.remat:  # each tile's input, and one tile's internals (`forward` remats by tile)
+        tiles = cfg.num_layers // len(cfg.pattern)
+        layers = tiles * tokens * d * cb + sum(per_layer[kind] for kind in cfg.pattern)
     else:
         layers = sum(per_layer[kind] for kind in cfg.kinds)
     vocab = _split(cfg.vocab_size, model)

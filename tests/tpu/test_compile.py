@@ -2,9 +2,9 @@
 
 Needs libtpu (the ``tpu`` extra, installed by the test extras); the CPU backend stays the
 default, so the rest of the suite is unchanged. Small Qwen3 and Qwen3.5 models compile for a
-one-host v5e slice and a two-host v5p slice: the programs take the TPU path, the weights are
-sharded as the rules say (the compiler's argument bytes equal the planner's exact lines), and the
-memory stays within the planner's band.
+one-host v5e slice, and a small Qwen3 for a four-host v5e slice: the programs take the TPU
+path, the weights are sharded as the rules say (the compiler's argument bytes equal the
+planner's exact lines), and the memory stays within the planner's band.
 """
 
 from __future__ import annotations
@@ -105,14 +105,15 @@ def test_a_program_for_tpu_takes_the_tpu_path(name):
     assert on_tpu.count("stablehlo.while") == on_cpu.count("stablehlo.while")
 
 
-@pytest.fixture(scope="module", params=[("qwen3", "v5e:2x2", MeshConfig(fsdp=2, model=2)),
-                                        ("qwen3_5", "v5e:2x2", MeshConfig(fsdp=-1)),
-                                        ("qwen3", "v5p-16", MeshConfig(fsdp=-1))],
-                ids=["qwen3-v5e-2x2-tensor-parallel", "qwen3_5-v5e-2x2", "qwen3-v5p-16-two-hosts"])
+@pytest.fixture(scope="module", params=[
+    ("qwen3", "v5e:2x2", MeshConfig(fsdp=2, model=2), WORK),
+    ("qwen3_5", "v5e:2x2", MeshConfig(fsdp=-1), WORK),
+    ("qwen3", "v5e-16", MeshConfig(fsdp=-1), dataclasses.replace(WORK, rows=32, sampler_rows=32)),
+], ids=["qwen3-v5e-2x2-tensor-parallel", "qwen3_5-v5e-2x2", "qwen3-v5e-16-four-hosts"])
 def report(request):
-    name, topology_name, mesh = request.param
+    name, topology_name, mesh, work = request.param
     setup = tpu_compile.Setup(name, SMALL[name], topology.parse_slice(topology_name), mesh,
-                              WORK)
+                              work)
     return tpu_compile.compile_setup(setup)
 
 
@@ -125,7 +126,7 @@ def test_every_program_compiles_with_the_planned_shardings(report):
     turn = report.program("sampler turn")
     exact = planned["sampler copy"] + planned["kv cache"]
     assert exact <= turn.argument <= 1.01 * exact
-    if setup.slice.hosts == 1:
+    if setup.sizes["model"] > 1:
         replicated = plan.param_elements(setup.cfg, SAMPLER_RULES, {"data": 1, "fsdp": 1,
                                                                     "model": 1})
         assert planned["sampler copy"] < replicated * 2  # bf16, and split two ways
@@ -136,10 +137,10 @@ def test_every_program_compiles_with_the_planned_shardings(report):
 
 
 # Models this small keep less than the plan's per-token internals and cache copies (the
-# compiler fuses them away at these sizes): the plan is conservative here by up to ~2.7x. The
+# compiler fuses them away at these sizes): the plan is conservative here by up to ~3x. The
 # papers' scale is held to `plan.BAND` against the TPU compiler's recorded numbers
 # (tests/tpu/test_plan.py::test_the_plan_is_within_its_band_of_the_tpu_compiler).
-SMALL_MODEL_BAND = 3.0
+SMALL_MODEL_BAND = 3.5
 
 
 def test_memory_within_the_plans_band(report):
