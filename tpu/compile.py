@@ -137,13 +137,18 @@ def collectives(hlo: str) -> dict[str, tuple[int, int]]:
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_EXHAUSTED = re.compile(r"Used ([\d.]+)([KMGT]?) of ([\d.]+)([KMGT]?) hbm")
+_EXHAUSTED = (re.compile(r"Used ([\d.]+)([KMGT]?) of [\d.]+[KMGT]? hbm"),
+              re.compile(r"HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM"))
 
 
 def needed_bytes(message: str) -> int | None:
-    """What a TPU compiler's out-of-memory error says the program needed, in bytes."""
-    found = _EXHAUSTED.search(message)
-    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
+    """What a TPU compiler's out-of-memory error says the program needed (or, in its other
+    wording, its temporaries alone), in bytes; None for any other error."""
+    for pattern in _EXHAUSTED:
+        found = pattern.search(message)
+        if found is not None:
+            return int(float(found.group(1)) * _UNITS[found.group(2)])
+    return None
 
 
 def _program(name: str, lowered) -> Program:

@@ -210,3 +210,13 @@ def test_command_line_errors_name_the_problem(capsys):
         tpu_compile.main(["--topology", "v5e-16", "--model", "qwen3-0.6b", "--mesh",
                           "fsdp=-1,model=2"])
     assert "model must be 1" in capsys.readouterr().err
+
+
+def test_out_of_memory_messages_say_what_was_needed():
+    assert tpu_compile.needed_bytes(
+        "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 20.5G of 15.48G hbm. "
+        "Exceeded hbm capacity by 5.0G.") == int(20.5 * 2**30)
+    assert tpu_compile.needed_bytes(
+        "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+        "temporaries (28.68G) exceeds available HBM (15.75G).") == int(28.68 * 2**30)
+    assert tpu_compile.needed_bytes("INVALID_ARGUMENT: something else") is None
