@@ -57,6 +57,28 @@ CASES = ([Case(m, "v5e-8") for m in ("qwen3-0.6b", "qwen2.5-1.5b", "qwen3.5-2b")
             Case("qwen3.5-2b", "v6e-8"), Case("qwen2.5-1.5b", "v5p-16")])
 
 
+# Where the compiler needs more than the plan, and why. The TPU compiler's allocation depends
+# on the chip as well as the program: given the same program and the same work per device, a
+# tiny Qwen3.5's train step holds 11 MiB of temporaries on v5e, 9 on v4, 17 on v6e and 59 on
+# v5p. The plan is calibrated where memory is scarce (v5e, 16 GiB); on roomier chips the
+# compiler spends some of the room (more buffers in flight; on v6e a third cache-sized buffer
+# in the sampler's prefill, which it does without on v5e).
+OUTSIDE_BAND = {
+    "qwen3-0.6b v6e-8 data=1,fsdp=-1,model=1 128x2560": {
+        "sampler": "v6e's compiler keeps a third cache-sized buffer in the prefill (18.9 GiB "
+                   "against 14.4 on v5e for the same program)",
+        "step": "the sampler's prefill, as above"},
+    "qwen3.5-4b v5p-16 data=1,fsdp=-1,model=1 128x2560": {
+        "learner": "v5p's compiler keeps 1.4 GiB (6%) more temporaries than the plan counts"},
+    "qwen2.5-7b v5p-16 data=1,fsdp=-1,model=1 128x2560": {
+        "sampler": "v5p's compiler writes the prefill's rows in place, without the copy the "
+                   "plan counts (1.16)"},
+    "qwen3-0.6b v5e-8 data=1,fsdp=-1,model=1 32x2048": {
+        "sampler": "4 prompts on 8 chips are prefilled whole on each: 0.7% above the plan",
+        "step": "the sampler's prefill, as above"},
+}
+
+
 def setup_of(case: Case) -> tpu_compile.Setup:
     return tpu_compile.Setup(case.model, plan.model_config(case.model),
                              topology.parse_slice(case.slice), case.mesh, case.work)

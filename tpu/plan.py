@@ -239,12 +239,13 @@ def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts
     return rows * cache_row_bytes(cfg, work, sizes["model"])
 
 
-def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int
-                 ) -> float:
+def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int,
+                 scores: bool = True) -> float:
     """The largest sampler layer's temporaries for `rows` x `tokens` new tokens reading the
-    cache: its internals, and one query block's float32 scores and probabilities."""
+    cache: its internals, and (`scores`) one query block's float32 scores, their exponentials
+    and probabilities."""
     block = min(tokens, ATTENTION_BLOCK)
-    scores = 2 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4
+    scores = 3 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4 * scores
     per_token = token_bytes(cfg, model, work.sampler_dtype)
     return max(rows * tokens * size + (scores if kind == FULL else 0.0)
                for kind, size in per_token.items())
@@ -258,8 +259,9 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
       the prompts, whole on every device (the rows are gathered out of it), the rows copied
       out of it (a cache's worth), one layer's temporaries for the prompts.
     - A turn (`sampler.compiled_generate`): a copy of the cache the decode loop carries, one
-      layer's temporaries for the turn's new tokens, and the sampling's float32 logits (the
-      logits, their sort, cumulative sum and probabilities, about 5 [B, V]).
+      layer's internals for the turn's new tokens (the compiler keeps next to nothing of a
+      short query block's scores: it fuses their softmax), and the sampling's float32 logits
+      (the logits, their sort, cumulative sum and probabilities, about 5 [B, V]).
     """
     rows, sizes = sampler_view(work, sizes, hosts)
     model = sizes["model"]
@@ -269,7 +271,8 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
     row = cache_row_bytes(cfg, work, model)
     prefill = (prompts + rows) * row + _layer_bytes(cfg, work, split, work.prompt, model)
     logits = 5 * rows * _split(cfg.vocab_size, model) * 4
-    turn = rows * row + _layer_bytes(cfg, work, rows, work.turn_tokens, model) + logits
+    turn = (rows * row + _layer_bytes(cfg, work, rows, work.turn_tokens, model, scores=False)
+            + logits)
     return max(prefill, turn)
 
 
