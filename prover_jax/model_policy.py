@@ -24,6 +24,7 @@ Lengths are bucketed to powers of two, so a rollout compiles ``generate`` only a
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.checks import check_choice
 from prover_jax.rollout import Action, Episode, Policy
-from tpu.mesh import AXES, cache_shardings
+from tpu.mesh import AXES, BATCH_AXES, cache_shardings, row_sharding
 
 SAMPLING_DTYPES = ("float32", "bfloat16")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
@@ -278,8 +279,8 @@ class ModelPolicy(Policy):
             tokens[row, tail_len - len(tail):] = tail
             positions[row, tail_len - len(tail):] = np.arange(begin, begin + len(tail))
         self.stats.prefilled += sum(map(len, distinct)) + sum(map(len, tails.values()))
-        out = generate(self.params, self.cfg, jnp.asarray(tokens), jnp.asarray(positions),
-                       self._cache, stream_keys(rows, acting),
+        tokens, positions, keys = self._placed((tokens, positions, stream_keys(rows, acting)))
+        out = generate(self.params, self.cfg, tokens, positions, self._cache, keys,
                        max_tokens=s.max_new_tokens, max_new_tokens=jnp.int32(s.max_new_tokens),
                        stop_tokens=self.stop_tokens, temperature=jnp.float32(s.temperature),
                        top_k=jnp.int32(s.top_k), top_p=jnp.float32(s.top_p), pad_id=self.pad_id)
@@ -289,6 +290,15 @@ class ModelPolicy(Policy):
         self.stats.generated += int(lengths.sum())
         return {row: (ids[row, : lengths[row]].tolist(),
                       logprobs[row, : lengths[row]].tolist()) for row in acting}
+
+    def _placed(self, arrays):
+        """Device arrays of `arrays` [N, ...]; on a mesh, rows over its batch axes where they
+        divide (as `tpu.compile` compiles the sampler)."""
+        if self.mesh is None:
+            return tuple(jnp.asarray(x) for x in arrays)
+        shards = math.prod(self.mesh.shape[a] for a in BATCH_AXES)
+        return tuple(jax.device_put(x, row_sharding(self.mesh)) if x.shape[0] % shards == 0
+                     else jnp.asarray(x) for x in arrays)
 
     def _empty_cache(self, rows: int, slots: int) -> kv_cache.Cache:
         """An empty cache in the sampling dtype; on a mesh, its rows over the batch axes
@@ -326,5 +336,4 @@ class ModelPolicy(Policy):
         for row in fresh:
             sources[row] = distinct.get(tuple(new[row][:-1].tolist()), -1)
         self._cache = kv_cache.prefill_rows(self.params, self.cfg, self._cache,
-                                            jnp.asarray(tokens), jnp.asarray(positions),
-                                            jnp.asarray(sources))
+                                            *self._placed((tokens, positions, sources)))

@@ -262,26 +262,27 @@ def sampler_programs(setup: Setup, mesh) -> list[Program]:
     params = _abstract(qwen.abstract(setup.cfg, dtype),
                        param_shardings(setup.cfg, mesh, SAMPLER_RULES))
     cache = jax.eval_shape(functools.partial(kv_cache.empty, setup.cfg, rows,
-                                             w.prompt + w.turn_tokens + w.response, dtype,
-                                             platform=platform))
+                                             plan.cache_slots(w), dtype, platform=platform))
     cache = _abstract(cache, cache_shardings(cache, mesh))
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
     def spec(shape, dtype, sharding=replicated):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
-    rows_of = functools.partial(row_sharding, mesh)
+    def placed(count: int):  # rows over the batch axes where they divide, as ModelPolicy does
+        shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
+        return row_sharding(mesh) if count % shards == 0 else replicated
+
     prompt = (prompts, w.prompt)
-    prompt_rows = rows_of() if prompts % math.prod(mesh.shape[a] for a in BATCH_AXES) == 0 \
-        else replicated
     prefill = kv_cache.prefill_rows.lower(
-        params, setup.cfg, cache, spec(prompt, jnp.int32, prompt_rows),
-        spec(prompt, jnp.int32, prompt_rows), spec((rows,), jnp.int32, rows_of()))
+        params, setup.cfg, cache, spec(prompt, jnp.int32, placed(prompts)),
+        spec(prompt, jnp.int32, placed(prompts)), spec((rows,), jnp.int32, placed(rows)))
     keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), rows))
     turn = (rows, w.turn_tokens)
     generate = sampler.compiled_generate.lower(
-        params, setup.cfg, spec(turn, jnp.int32, rows_of()), spec(turn, jnp.int32, rows_of()),
-        cache, spec(keys.shape, keys.dtype, rows_of()), max_tokens=w.response,
+        params, setup.cfg, spec(turn, jnp.int32, placed(rows)),
+        spec(turn, jnp.int32, placed(rows)), cache, spec(keys.shape, keys.dtype, placed(rows)),
+        max_tokens=w.response,
         max_new_tokens=spec((), jnp.int32), stop_tokens=spec((1,), jnp.int32),
         temperature=spec((), jnp.float32), top_k=spec((), jnp.int32),
         top_p=spec((), jnp.float32), pad_id=0)
