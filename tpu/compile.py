@@ -356,14 +356,11 @@ def estimates(setup: Setup) -> dict[str, float]:
     hosts = setup.slice.hosts
     sampler_chips = 1 if hosts > 1 else chips
     rows = w.sampler_rows // hosts
-    sampler_bytes = plan.DTYPE_BYTES[w.sampler_dtype]
-    weights = plan.param_elements(cfg, SAMPLER_RULES, dict.fromkeys(AXES, 1)) * sampler_bytes
-    cache = plan.cache_bytes(cfg, w, {**sizes, **({a: 1 for a in AXES} if hosts > 1 else {})},
-                             hosts)
+    lines = plan.plan(cfg, setup.mesh, chips, w, hosts)  # one sampler chip's weights and cache
+    weights, cache = lines["sampler copy"], lines["kv cache"]
     context = w.prompt + w.turn_tokens + w.response / 2
     decode = roofline.decode_flops(cfg, rows, context)
-    decode_s = roofline.roofline(decode / sampler_chips,
-                                 weights / (sizes["model"] if hosts == 1 else 1) + cache, chip)
+    decode_s = roofline.roofline(decode / sampler_chips, weights + cache, chip)
     prefill = roofline.forward_flops(cfg, rows * w.turn_tokens, w.prompt + w.turn_tokens / 2,
                                      head_tokens=rows)
     turn_s = roofline.roofline(prefill / sampler_chips, weights, chip) + w.response * decode_s
@@ -373,9 +370,6 @@ def estimates(setup: Setup) -> dict[str, float]:
             "decode_step_s": decode_s, "decode_tokens_per_s": rows * hosts / decode_s,
             "decode_mfu": roofline.mfu(decode, decode_s, chip, sampler_chips),
             "turn_s": turn_s}
-
-
-PLAN_LINES = {"learner step": plan.LEARNER_LINES, "sampler": plan.SAMPLER_LINES}
 
 
 def _memory_lines(report: Report, unit: str, size: int) -> list[str]:
