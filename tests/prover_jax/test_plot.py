@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from prover_jax.plot import main, plot_run, read_metrics
+from prover_jax.plot import main, panel_of, plot_run, read_metrics
 
 
 def test_plots_are_drawn_from_the_metrics(tmp_path):
@@ -27,3 +27,10 @@ def test_a_folder_without_metrics_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([str(tmp_path)])
     assert exit_.value.code == 2 and "no metrics" in capsys.readouterr().err
+
+
+def test_a_histogram_and_a_count_by_reason_each_share_a_panel():
+    assert panel_of("prover/delta_hist[0,0.25)") == ("prover/delta_hist", "[0,0.25)")
+    assert panel_of("vict/abstain/near-tie") == ("vict/abstain", "near-tie")
+    assert panel_of("vict/abstained") == ("vict/abstained", "")
+    assert panel_of("greedy/success") == ("greedy/success", "")
