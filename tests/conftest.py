@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # Before anything imports jax. Sharding tests need several devices; on CPU, fake them. The
 # test programs are tiny, so compiling them dominates the suite: LLVM optimisation level 0
@@ -13,6 +14,15 @@ os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
                       "--xla_backend_optimization_level=0",
                       "--xla_cpu_multi_thread_eigen=false")
     if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]).strip()
+
+# Many tests build the same tiny programs anew (a Learner per test, a trainer per subprocess):
+# the persistent compilation cache compiles each of them once per checkout, in every process the
+# tests start (they inherit the environment).
+for name, value in (("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1] / ".pytest_cache"
+                                                      / "xla")),
+                    ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
+                    ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")):
+    os.environ.setdefault(name, value)
 
 # libtpu (the tpu extra) is installed for tests/tpu/test_compile.py, which compiles for TPU
 # topologies without a TPU; the tests themselves run on the CPU backend
