@@ -61,7 +61,7 @@ def test_train_runs_and_resumes(tmp_path):
         "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s", "time/eval_s"}
     assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "credit.png", "eval.png", "time.png", "training.png"]
+        "credit-prover.png", "credit-vict.png", "eval.png", "time.png", "training.png"]
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
     metrics, proofs = tmp_path / "metrics.jsonl", tmp_path / "vict_proofs.jsonl"
