@@ -168,6 +168,8 @@ def make(name: str, **config: Any) -> Env:
 _BUILTIN: dict[str, str] = {
     "household": "envs.household",
     "household-small": "envs.household",
+    "alfworld": "envs.alfworld",
+    "alfworld-small": "envs.alfworld",
     "webshop": "envs.webshop",
     "searchqa": "envs.searchqa",
     "tau-retail": "envs.tau",

@@ -14,6 +14,7 @@ from envs.household.verifier import HouseholdVerifier
 from envs.verifier import Kind, Status
 from prover_jax.credit.outcome import grpo
 from tests.envs.test_household import HEAT_EGG, KITCHEN, _run
+from tests.envs.test_protocol import VERIFIED
 from tests.vict_jax.synthetic import SyntheticVerifier
 from vict_jax import audit as audit_lib
 from vict_jax.diagnostics import diagnostics, table
@@ -244,7 +245,7 @@ def _env_groups(name, n_groups=3, size=6, seed=0):
     return groups, verifiers
 
 
-@pytest.mark.parametrize("name", envs.names())
+@pytest.mark.parametrize("name", VERIFIED)
 def test_eligibility_invariant_on_every_environment(name):
     groups, verifiers = _env_groups(name)
     credits = []

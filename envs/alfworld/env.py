@@ -1,0 +1,179 @@
+"""ALFWorld on its own engine (``alfworld``): TextWorld's PDDL game, ALFWorld's text.
+
+Tasks are games generated offline from household layouts (`envs.alfworld.games`; 3,553 train
+and 134 eval, as ALFWorld's splits) or, given ``data=`` or an ``$ALFWORLD_DATA`` that holds
+ALFWorld's ``json_2.1.1`` folder, the games of a user's ALFWorld data (splits ``train``, ``valid_seen``, ``valid_unseen``; ``eval`` is
+``valid_unseen``, ALFWorld's out-of-distribution evaluation). Observations, admissible
+commands, "Nothing happens." and the goal check are the engine's. An episode ends when the goal
+holds (reward 1) or after 50 actions (reward 0).
+
+The engine has no snapshot, so a snapshot is the task and the actions taken
+(:class:`Replay`) and restoring replays them: onward from where the engine is when that is a
+prefix, else from a reset (the game is loaded again only for another task). The engine is
+deterministic, so every later observation, admissible command and reward repeats.
+The expert is the PDDL planner's plan from the current state (planned again only when the
+episode leaves the plan). The planner searches for a shortest plan: in rooms of household's
+size (20 receptacles, 25 objects) that takes from milliseconds to about ten seconds.
+``alfworld-small`` is the same engine on household-small's rooms.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from envs.alfworld import games
+from envs.alfworld.engine import NOTHING, Engine
+from envs.base import Env, Step, Task, register, task_seed
+
+__all__ = ["NOTHING", "Alfworld", "AlfworldSmall", "Replay"]
+
+
+class Replay(NamedTuple):
+    """An episode's state: its task and every action taken, in order."""
+
+    task: Task
+    actions: tuple[str, ...]
+    done: bool
+
+
+@functools.lru_cache(maxsize=64)
+def generated(task: Task) -> dict:
+    """The generated game of ``task`` (deterministic, so cached)."""
+    return games.generated_game(task_seed(task), small=task.env == AlfworldSmall.name)[1]
+
+
+class Alfworld(Env):
+    """ALFWorld's tasks played on ALFWorld's engine."""
+
+    name = "alfworld"
+    max_turns = 50
+
+    def __init__(self, data: str | None = None, train_tasks: int = 3553, eval_tasks: int = 134):
+        root = self._data_root(data)
+        if root:
+            self._files = {split: games.data_games(root, split) for split in games.DATA_SPLITS}
+            self._files["eval"] = self._files["valid_unseen"]
+            self.splits = (*games.DATA_SPLITS, "eval")
+        else:
+            self._files = None
+            self._sizes = {"train": train_tasks, "eval": eval_tasks}
+        self._engine = Engine()
+        self._loaded: Task | None = None
+        self._played: tuple[str, ...] = ()  # the actions the engine has taken since its reset
+        self._state: Replay | None = None
+        self._plan: tuple[Replay, tuple[str, ...]] | None = None  # (from state, rest of plan)
+
+    def _data_root(self, data: str | None) -> str | None:
+        return data or games.user_data()
+
+    def split_size(self, split: str) -> int:
+        return len(self._files[split]) if self._files else self._sizes[split]
+
+    def game(self, task: Task) -> dict:
+        """The ``game.tw-pddl`` JSON of ``task``."""
+        if self._files:
+            return games.read_game(self._files[task.split][task.index])
+        return generated(task)
+
+    def reset(self, task: Task) -> str:
+        self.check_task(task)
+        obs = self._start(task)
+        self._state = Replay(task, (), False)
+        return obs
+
+    def step(self, action: str) -> Step:
+        self.check_action(action)
+        state = self._running()
+        obs, valid, won = self._engine.step(action)
+        self._played += (action,)
+        actions = state.actions + (action,)
+        truncated = not won and len(actions) >= self.max_turns
+        self._state = Replay(state.task, actions, won or truncated)
+        if self._plan and self._plan[0] == state and valid and self._plan[1][:1] == (action,):
+            self._plan = (self._state, self._plan[1][1:])  # the rest of an optimal plan is one
+        return Step(obs, won or truncated, 1.0 if won else 0.0,
+                    {"valid": valid, "won": won, "truncated": truncated})
+
+    def snapshot(self) -> Replay:
+        return self._running(finished_ok=True)
+
+    def restore(self, state: Replay) -> None:
+        if not isinstance(state, Replay):
+            raise TypeError(f"alfworld: cannot restore a {type(state).__name__}")
+        self.check_task(state.task)
+        onward = (self._loaded == state.task
+                  and state.actions[:len(self._played)] == self._played)
+        if not onward:
+            self._start(state.task)
+        for action in state.actions[len(self._played):]:
+            self._engine.step(action)
+        self._played = state.actions
+        self._state = state
+
+    def verifier(self, task: Task | None = None):
+        raise NotImplementedError(
+            "alfworld: no VICT verifier yet (the atoms from the engine's PDDL facts are to "
+            "come); use household for VICT, or credit grpo / prover / gigpo here")
+
+    def admissible(self) -> list[str]:
+        self._running()
+        return self._engine.admissible()
+
+    def instruction(self) -> str:
+        return INSTRUCTION.replace("{max_turns}", str(self.max_turns))
+
+    def expert_action(self) -> str:
+        state = self._running()
+        if not self._plan or self._plan[0] != state or not self._plan[1]:
+            self._plan = (state, tuple(self._engine.plan()))
+        return self._plan[1][0] if self._plan[1] else "look"
+
+    def facts(self) -> frozenset[str]:
+        """The engine's PDDL facts now (`Engine.facts`)."""
+        self._running(finished_ok=True)
+        return self._engine.facts()
+
+    def _start(self, task: Task) -> str:
+        if self._loaded != task:
+            self._loaded = None
+            self._engine.load(self.game(task))
+            self._loaded = task
+        self._played = ()
+        return self._engine.reset()
+
+    def _running(self, finished_ok: bool = False) -> Replay:
+        if self._state is None:
+            raise RuntimeError("alfworld: call reset(task) or restore(state) first")
+        if self._state.done and not finished_ok:
+            raise RuntimeError("alfworld: the episode is over; reset or restore first")
+        return self._state
+
+
+INSTRUCTION = (
+    "You are an agent in a household (ALFWorld). Each turn you receive an observation of the "
+    "room and answer with exactly one action. Actions: go to {receptacle}, open {receptacle}, "
+    "close {receptacle}, take {object} from {receptacle}, move {object} to {receptacle}, heat "
+    "{object} with {microwave}, cool {object} with {fridge}, clean {object} with {sinkbasin}, "
+    "use {lamp}, examine {something}, inventory, look. Use the names exactly as the "
+    "observations write them (for example \"cabinet 2\"). Complete the task in at most "
+    "{max_turns} actions."
+)
+
+class AlfworldSmall(Alfworld):
+    """Generated games in household-small's rooms (one receptacle of each type, 3-5 object
+    types, `envs.household.world`) on ALFWorld's engine; 20 actions at most. The size a small
+    model on a CPU can learn, and one where the planner answers at once."""
+
+    name = "alfworld-small"
+    max_turns = 20
+
+    def __init__(self, train_tasks: int = 3553, eval_tasks: int = 134):
+        super().__init__(None, train_tasks, eval_tasks)
+
+    def _data_root(self, data: str | None) -> None:
+        return None
+
+
+register(Alfworld.name, Alfworld)
+register(AlfworldSmall.name, AlfworldSmall)

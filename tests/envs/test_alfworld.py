@@ -1,0 +1,162 @@
+"""ALFWorld's own engine (`envs.alfworld`): generated games of the six task types, the engine's
+text against the unpatched engine's, restore by replay, the planner expert, the household
+clone on the same layouts, and bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("alfworld", reason="needs the alfworld extra")
+
+import envs  # noqa: E402
+from envs.alfworld import games  # noqa: E402
+from envs.alfworld.engine import NOTHING, Engine  # noqa: E402
+from envs.household import env as household  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def one_of_each() -> dict[str, tuple[int, object, dict]]:
+    """The first generated game of each task type: type -> (seed, world, game)."""
+    found = {}
+    seed = 0
+    while len(found) < len(games.TASK_TYPES):
+        world, game = games.generated_game(seed)
+        found.setdefault(world.task_type, (seed, world, game))
+        seed += 1
+    return found
+
+
+def test_every_task_type_is_generated_and_won_by_the_planners_plan(one_of_each):
+    engine = Engine()
+    for task_type, (_, world, game) in one_of_each.items():
+        engine.load(game)
+        intro = engine.reset()
+        assert intro.startswith("-= Welcome to TextWorld, ALFRED! =-")
+        assert "Your task is to: " in intro and world.goal_type in intro.rsplit(":", 1)[1]
+        plan = engine.plan()
+        assert plan, task_type
+        outcomes = [engine.step(command) for command in plan]
+        assert all(valid for _, valid, _ in outcomes), task_type
+        assert [won for _, _, won in outcomes] == [False] * (len(plan) - 1) + [True], task_type
+        assert engine.plan() == []
+
+
+def test_the_engine_says_what_the_unpatched_engine_says(one_of_each):
+    """`Engine` memoizes the engine's parsing; the text must be the stock engine's, command
+    for command, over resets of the same game too."""
+    rng, items, ours = random.Random(0), [], []
+    engine = Engine()
+    for _, _, game in list(one_of_each.values())[:3]:
+        engine.load(game)
+        lines = [[engine.reset(), engine.admissible(), False]]
+        commands = []
+        for _ in range(25):
+            command = rng.choice(engine.admissible() + ["jump", "take it"])
+            feedback, _, won = engine.step(command)
+            commands.append(command)
+            lines.append([feedback, engine.admissible(), won])
+            if won:
+                break
+        engine.reset()  # the same game again: its translation is reused
+        assert [engine.step(c)[0] for c in commands] == [line[0] for line in lines[1:]]
+        items.append({"game": game, "commands": commands})
+        ours.append(lines)
+    stock = subprocess.run([sys.executable, "-m", "tests.envs.alfworld_stock"], cwd=ROOT,
+                           input=json.dumps(items), capture_output=True, text=True, check=True)
+    assert json.loads(stock.stdout) == ours
+
+
+def test_a_restored_episode_repeats_every_later_observation_and_reward():
+    env, rng = envs.make("alfworld-small"), random.Random(3)
+    task = env.tasks("train")[1]
+    env.reset(task)
+    for _ in range(6):
+        env.step(env.random_action(rng) if rng.random() < 0.5 else env.expert_action())
+    state = env.snapshot()
+    assert state.actions and len(state.actions) == 6
+
+    def play_on(env_: envs.Env, actions: list[str]) -> list:
+        return [(env_.step(a), env_.admissible() if not env_.snapshot().done else None)
+                for a in actions]
+
+    later = [env.expert_action() if i % 2 else env.random_action(rng) for i in range(1)]
+    original = play_on(env, later)
+    while not env.snapshot().done:
+        later.append(env.expert_action())
+        original += play_on(env, later[-1:])
+    assert original[-1][0].reward == 1.0
+    for restored in (env, envs.make("alfworld-small")):  # onward from a reset, and in a fresh engine
+        restored.restore(state)
+        assert play_on(restored, later) == original
+    env.reset(env.tasks("train")[2])  # another game loaded in between
+    env.restore(state)
+    assert play_on(env, later) == original
+
+
+def test_household_and_alfworld_list_the_same_room(one_of_each):
+    """The household clone's intro names the receptacles ALFWorld's engine names, in its order,
+    for the same layout (the room; the task sentences are drawn from different templates)."""
+    engine = Engine()
+    for _, world, game in one_of_each.values():
+        engine.load(game)
+        ours = household.welcome(world).split("Your task is to:")[0]
+        theirs = engine.reset().split("Your task is to:")[0]
+        assert ours.strip() == theirs.strip()
+
+
+def test_invalid_commands_are_the_games_feedback_and_change_nothing():
+    env = envs.make("alfworld")
+    env.reset(env.tasks("eval")[0])
+    before = env.admissible()
+    for command in ("jump", "go to moon 1", "take apple 99 from fridge 1", ""):
+        step = env.step(command)
+        assert (step.obs, step.info["valid"], step.done) == (NOTHING, False, False)
+        assert env.admissible() == before
+
+
+def test_data_folders_and_game_files_are_checked(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no 'train' split"):
+        envs.make("alfworld", data=str(tmp_path))
+    split = tmp_path / "json_2.1.1" / "valid_seen"
+    with pytest.raises(ValueError, match="unknown data split 'test'"):
+        games.data_games(tmp_path, "test")
+    bad = split / "pick_and_place_simple-Apple-None-Fridge-1" / "trial_1"
+    bad.mkdir(parents=True)
+    (bad / "game.tw-pddl").write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable game file"):
+        games.read_game(bad / "game.tw-pddl")
+    (bad / "game.tw-pddl").write_text(json.dumps({"pddl_domain": "", "grammar": ""}))
+    with pytest.raises(ValueError, match="lacks pddl_problem"):
+        games.read_game(bad / "game.tw-pddl")
+    assert games.data_games(tmp_path, "valid_seen") == [bad / "game.tw-pddl"]
+    assert games.data_task_type(bad / "game.tw-pddl") == "pick_and_place_simple"
+
+
+def test_a_data_folder_of_generated_games_plays_as_alfworld_data(tmp_path, one_of_each):
+    """ALFWorld's layout (json_2.1.1/<split>/<task>/<trial>/game.tw-pddl + traj_data.json),
+    written from generated games, is read split by split; eval is valid_unseen."""
+    for split in games.DATA_SPLITS:
+        for task_type, (seed, world, game) in one_of_each.items():
+            trial = (tmp_path / "json_2.1.1" / split / f"{games.TASK_TYPES[task_type]}-{seed}"
+                     / "trial_1")
+            trial.mkdir(parents=True)
+            (trial / "game.tw-pddl").write_text(json.dumps(game))
+            (trial / "traj_data.json").write_text(json.dumps(games.traj_data(world)))
+    env = envs.make("alfworld", data=str(tmp_path))
+    assert env.splits == ("train", "valid_seen", "valid_unseen", "eval")
+    assert env.num_tasks("valid_unseen") == env.num_tasks("eval") == len(one_of_each)
+    task = env.tasks("eval")[0]
+    env.reset(task)
+    while not (step := env.step(env.expert_action())).done:
+        pass
+    assert step.reward == 1.0
+    assert {games.data_task_type(p) for p in games.data_games(tmp_path, "train")} == set(
+        games.TASK_TYPES.values())
