@@ -9,6 +9,11 @@ processes, one batched ``step`` per turn, and counts environment steps per secon
 
 Targets (household): >= 20,000 steps/s/core and snapshot + restore <= 20 µs.
 
+ALFWorld's engine (``alfworld``, ``alfworld-small``) has no snapshot: restoring replays the
+episode's actions from a reset, so for it the second table gives the restore's cost against the
+number of actions replayed. Its planner (the expert) takes seconds in household-sized rooms, so
+it records fewer episodes (``EPISODES``).
+
 Usage: python bench/envs.py [--envs household webshop ...] [--episodes 200]
 Prints a table, writes bench/results/envs.json and updates bench/RESULTS.md.
 """
@@ -29,6 +34,9 @@ from envs.pool import EnvPool
 
 TARGETS = {"household": (20_000.0, 20.0)}
 POOL_SLOTS, POOL_WORKERS = 64, 2
+EPISODES = {"alfworld": 12, "alfworld-small": 40}  # at most, for the slow engines
+REPLAYING = ("alfworld", "alfworld-small")  # environments that restore by replay
+REPLAYED = (0, 5, 10, 20)  # actions replayed by a restore
 
 
 def record(name: str, episodes: int, seed: int = 0) -> list[tuple[envs.Task, list[str]]]:
@@ -65,8 +73,9 @@ def steps_per_second(name: str, episodes) -> float:
     return best
 
 
-def snapshot_restore_us(name: str, episodes, repeats: int = 20_000) -> float:
-    """Mean µs of one snapshot plus one restore of a mid-episode state."""
+def snapshot_restore_us(name: str, episodes, seconds: float = 1.0) -> float:
+    """Mean µs of one snapshot plus one restore of a mid-episode state (repeated for about
+    ``seconds``, each state at least once)."""
     env = envs.make(name)
     states = []
     for task, actions in episodes[:20]:
@@ -76,11 +85,37 @@ def snapshot_restore_us(name: str, episodes, repeats: int = 20_000) -> float:
         states.append(env.snapshot())
     for state in states:
         env.restore(state)
-    start = time.perf_counter()
-    for i in range(repeats):
-        env.restore(states[i % len(states)])
+    count, start = 0, time.perf_counter()
+    while count < len(states) or time.perf_counter() - start < seconds:
+        env.restore(states[count % len(states)])
         env.snapshot()
-    return (time.perf_counter() - start) / repeats * 1e6
+        count += 1
+    return (time.perf_counter() - start) / count * 1e6
+
+
+def replay_restore_ms(name: str, episodes) -> dict[int, float]:
+    """Replaying environments: mean ms to restore a state of ``n`` actions (n in REPLAYED)
+    while the environment is in another episode, so the restore resets and replays all n."""
+    env = envs.make(name)
+    states = {}
+    for task, actions in episodes:
+        env.reset(task)
+        for n in range(len(actions) + 1):
+            if n in REPLAYED:
+                states.setdefault(n, []).append(env.snapshot())
+            if n < len(actions) and env.step(actions[n]).done:
+                break
+    elsewhere = envs.Task(name, env.splits[0], 0)
+    cost = {}
+    for n, found in sorted(states.items()):
+        total = 0.0
+        for state in found:
+            env.reset(elsewhere if state.task != elsewhere else envs.Task(name, env.splits[-1], 0))
+            start = time.perf_counter()
+            env.restore(state)
+            total += time.perf_counter() - start
+        cost[n] = total / len(found) * 1e3
+    return cost
 
 
 def pool_steps_per_second(name: str, episodes) -> float:
@@ -107,7 +142,7 @@ def pool_steps_per_second(name: str, episodes) -> float:
 def run(names: list[str], episodes: int) -> list[dict]:
     results = []
     for name in names:
-        recorded = record(name, episodes)
+        recorded = record(name, min(episodes, EPISODES.get(name, episodes)))
         row = {
             "env": name,
             "steps": sum(len(a) for _, a in recorded),
@@ -115,6 +150,8 @@ def run(names: list[str], episodes: int) -> list[dict]:
             "snapshot_restore_us": snapshot_restore_us(name, recorded),
             "pool_steps_per_s": pool_steps_per_second(name, recorded),
         }
+        if name in REPLAYING:
+            row["replay_restore_ms"] = replay_restore_ms(name, recorded)
         print(f"{name}: {row}", flush=True)
         results.append(row)
     return results
@@ -132,6 +169,15 @@ def table(results: list[dict]) -> str:
             f"{r['snapshot_restore_us']:.2f} | "
             f"{f'≤ {latency_target:.0f}' if latency_target else '-'} | "
             f"{r['pool_steps_per_s']:,.0f} |")
+    replaying = [r for r in results if "replay_restore_ms" in r]
+    if replaying:
+        lines += ["", "| env | " + " | ".join(f"restore, {n} actions replayed (ms)"
+                                            for n in REPLAYED) + " |",
+                  "|---|" + "---:|" * len(REPLAYED)]
+        for r in replaying:
+            cost = {int(n): ms for n, ms in r["replay_restore_ms"].items()}
+            lines.append(f"| {r['env']} | " + " | ".join(
+                f"{cost[n]:.1f}" if n in cost else "-" for n in REPLAYED) + " |")
     return "\n".join(lines)
 
 

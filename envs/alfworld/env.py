@@ -8,8 +8,10 @@ commands, "Nothing happens." and the goal check are the engine's. An episode end
 holds (reward 1) or after 50 actions (reward 0).
 
 The engine has no snapshot, so a snapshot is the task and the actions taken
-(:class:`Replay`) and restoring replays them: onward from where the engine is when that is a
-prefix, else from a reset (the game is loaded again only for another task). The engine is
+(:class:`Replay`) and restoring replays them: onward from where the task's engine is when that
+is a prefix, else from a reset. An instance keeps the engines of its last ``LIVE_ENGINES`` tasks
+loaded, so restoring among the groups' tasks does not load a game again (a load parses the
+game's grammar and domain, about half a second). The engine is
 deterministic, so every later observation, admissible command and reward repeats.
 The expert is the PDDL planner's plan from the current state (planned again only when the
 episode leaves the plan). The planner searches for a shortest plan: in rooms of household's
@@ -20,6 +22,7 @@ size (20 receptacles, 25 objects) that takes from milliseconds to about ten seco
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from typing import NamedTuple
 
 from envs.alfworld import games
@@ -27,6 +30,8 @@ from envs.alfworld.engine import NOTHING, Engine
 from envs.base import Env, Step, Task, register, task_seed
 
 __all__ = ["NOTHING", "Alfworld", "AlfworldSmall", "Replay"]
+
+LIVE_ENGINES = 8  # games kept loaded per environment instance (each engine holds one)
 
 
 class Replay(NamedTuple):
@@ -58,9 +63,8 @@ class Alfworld(Env):
         else:
             self._files = None
             self._sizes = {"train": train_tasks, "eval": eval_tasks}
-        self._engine = Engine()
-        self._loaded: Task | None = None
-        self._played: tuple[str, ...] = ()  # the actions the engine has taken since its reset
+        # live engines, most recent last: task -> (engine, the actions it took since its reset)
+        self._engines: OrderedDict[Task, tuple[Engine, tuple[str, ...]]] = OrderedDict()
         self._state: Replay | None = None
         self._plan: tuple[Replay, tuple[str, ...]] | None = None  # (from state, rest of plan)
 
@@ -85,8 +89,9 @@ class Alfworld(Env):
     def step(self, action: str) -> Step:
         self.check_action(action)
         state = self._running()
-        obs, valid, won = self._engine.step(action)
-        self._played += (action,)
+        engine, played = self._engines[state.task]
+        obs, valid, won = engine.step(action)
+        self._engines[state.task] = (engine, played + (action,))
         actions = state.actions + (action,)
         truncated = not won and len(actions) >= self.max_turns
         self._state = Replay(state.task, actions, won or truncated)
@@ -102,13 +107,14 @@ class Alfworld(Env):
         if not isinstance(state, Replay):
             raise TypeError(f"alfworld: cannot restore a {type(state).__name__}")
         self.check_task(state.task)
-        onward = (self._loaded == state.task
-                  and state.actions[:len(self._played)] == self._played)
-        if not onward:
+        live = self._engines.get(state.task)
+        if live is None or state.actions[:len(live[1])] != live[1]:
             self._start(state.task)
-        for action in state.actions[len(self._played):]:
-            self._engine.step(action)
-        self._played = state.actions
+        engine, played = self._engines[state.task]
+        for action in state.actions[len(played):]:
+            engine.step(action)
+        self._engines[state.task] = (engine, state.actions)
+        self._engines.move_to_end(state.task)
         self._state = state
 
     def verifier(self, task: Task | None = None):
@@ -117,8 +123,7 @@ class Alfworld(Env):
             "come); use household for VICT, or credit grpo / prover / gigpo here")
 
     def admissible(self) -> list[str]:
-        self._running()
-        return self._engine.admissible()
+        return self._engine().admissible()
 
     def instruction(self) -> str:
         return INSTRUCTION.replace("{max_turns}", str(self.max_turns))
@@ -126,21 +131,28 @@ class Alfworld(Env):
     def expert_action(self) -> str:
         state = self._running()
         if not self._plan or self._plan[0] != state or not self._plan[1]:
-            self._plan = (state, tuple(self._engine.plan()))
+            self._plan = (state, tuple(self._engine().plan()))
         return self._plan[1][0] if self._plan[1] else "look"
 
     def facts(self) -> frozenset[str]:
         """The engine's PDDL facts now (`Engine.facts`)."""
-        self._running(finished_ok=True)
-        return self._engine.facts()
+        return self._engine(finished_ok=True).facts()
 
     def _start(self, task: Task) -> str:
-        if self._loaded != task:
-            self._loaded = None
-            self._engine.load(self.game(task))
-            self._loaded = task
-        self._played = ()
-        return self._engine.reset()
+        """Resets ``task``'s live engine, loading the game into the least recently used one
+        (or a new one) when no engine has it."""
+        if task in self._engines:
+            engine = self._engines.pop(task)[0]
+        else:
+            engine = (self._engines.popitem(last=False)[1][0]
+                      if len(self._engines) >= LIVE_ENGINES else Engine())
+            engine.load(self.game(task))
+        obs = engine.reset()
+        self._engines[task] = (engine, ())
+        return obs
+
+    def _engine(self, finished_ok: bool = False) -> Engine:
+        return self._engines[self._running(finished_ok).task][0]
 
     def _running(self, finished_ok: bool = False) -> Replay:
         if self._state is None:
