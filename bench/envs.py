@@ -93,9 +93,10 @@ def snapshot_restore_us(name: str, episodes, seconds: float = 1.0) -> float:
     return (time.perf_counter() - start) / count * 1e6
 
 
-def replay_restore_ms(name: str, episodes) -> dict[int, float]:
-    """Replaying environments: mean ms to restore a state of ``n`` actions (n in REPLAYED)
-    while the environment is in another episode, so the restore resets and replays all n."""
+def replay_restore_ms(name: str, episodes) -> dict[str, dict[int, float]]:
+    """Replaying environments: mean ms to restore a state of ``n`` actions (n in REPLAYED),
+    "live" when the task's engine is loaded but elsewhere in the episode (a reset and n
+    actions), "load" when another task was played in between (the game loaded first)."""
     env = envs.make(name)
     states = {}
     for task, actions in episodes:
@@ -105,16 +106,25 @@ def replay_restore_ms(name: str, episodes) -> dict[int, float]:
                 states.setdefault(n, []).append(env.snapshot())
             if n < len(actions) and env.step(actions[n]).done:
                 break
-    elsewhere = envs.Task(name, env.splits[0], 0)
-    cost = {}
+    others = [envs.Task(name, env.splits[-1], i) for i in range(2)]
+    cost: dict[str, dict[int, float]] = {"live": {}, "load": {}}
     for n, found in sorted(states.items()):
-        total = 0.0
-        for state in found:
-            env.reset(elsewhere if state.task != elsewhere else envs.Task(name, env.splits[-1], 0))
-            start = time.perf_counter()
-            env.restore(state)
-            total += time.perf_counter() - start
-        cost[n] = total / len(found) * 1e3
+        for kind in cost:
+            total = 0.0
+            for state in found:
+                if kind == "live":
+                    env.reset(state.task)
+                    env.step("wait")  # not a prefix of the state: the restore resets
+                else:
+                    for other in others:  # two others: one may be this task
+                        env.reset(other)
+                    for task, _ in episodes:  # every engine holds another game
+                        if task != state.task:
+                            env.reset(task)
+                start = time.perf_counter()
+                env.restore(state)
+                total += time.perf_counter() - start
+            cost[kind][n] = total / len(found) * 1e3
     return cost
 
 
@@ -171,13 +181,14 @@ def table(results: list[dict]) -> str:
             f"{r['pool_steps_per_s']:,.0f} |")
     replaying = [r for r in results if "replay_restore_ms" in r]
     if replaying:
-        lines += ["", "| env | " + " | ".join(f"restore, {n} actions replayed (ms)"
-                                            for n in REPLAYED) + " |",
+        lines += ["", "| env, engine | " + " | ".join(f"restore, {n} actions replayed (ms)"
+                                                    for n in REPLAYED) + " |",
                   "|---|" + "---:|" * len(REPLAYED)]
         for r in replaying:
-            cost = {int(n): ms for n, ms in r["replay_restore_ms"].items()}
-            lines.append(f"| {r['env']} | " + " | ".join(
-                f"{cost[n]:.1f}" if n in cost else "-" for n in REPLAYED) + " |")
+            for kind, cost in r["replay_restore_ms"].items():
+                cost = {int(n): ms for n, ms in cost.items()}
+                lines.append(f"| {r['env']}, {kind} | " + " | ".join(
+                    f"{cost[n]:.1f}" if n in cost else "-" for n in REPLAYED) + " |")
     return "\n".join(lines)
 
 

@@ -291,15 +291,28 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
     a temporary directory is used and removed at the end.
 
     Raises:
-      ValueError: an unknown environment or split; a run directory holding another config
+      ValueError: an unknown environment or split; VICT credit on an environment without a
+        verifier; a run directory holding another config
         (anything but ``steps`` differs) or another model's checkpoints (nothing in it is
         changed).
     """
     env = envs.make(config.env)
     tasks = env.tasks(task_split(env, config.split))
+    check_verifier(env, tasks[0], config.credit)
     with (run_or_temporary(config.run_dir, "run-", log) as directory,
           local_judge(config.host, log) as host_options):
         return _train(config, host_options, env, tasks, cfg, params, tokenizer, directory, log)
+
+
+def check_verifier(env: envs.Env, task: envs.Task, credit_name: str) -> None:
+    """Raises ValueError when ``credit_name`` uses VICT and ``env`` has no verifier."""
+    if "vict" not in credit_name.split("+"):
+        return
+    try:
+        env.verifier(task)
+    except NotImplementedError as e:
+        raise ValueError(f"credit {credit_name!r} needs the environment's VICT verifier: {e}"
+                         ) from None
 
 
 @contextlib.contextmanager

@@ -160,3 +160,14 @@ def test_a_data_folder_of_generated_games_plays_as_alfworld_data(tmp_path, one_o
     assert step.reward == 1.0
     assert {games.data_task_type(p) for p in games.data_games(tmp_path, "train")} == set(
         games.TASK_TYPES.values())
+
+
+def test_the_crosscheck_finds_the_known_differences():
+    """household has no `help` and words ALFWorld 0.4's `move O to R` as `put O in/on R`."""
+    from envs.alfworld import crosscheck
+
+    differences, examples, played = crosscheck.compare(range(2), max_steps=6)
+    assert played > 0
+    assert differences["admissible in ALFWorld only: `help`"] > 0
+    assert crosscheck.as_household("move mug 1 to shelf 1") == "put mug 1 in/on shelf 1"
+    assert "| admissible in ALFWorld only: `help` |" in crosscheck.table(differences, examples)

@@ -129,6 +129,13 @@ def test_train_config_errors():
         TrainConfig(sampling=SamplingConfig(temperature=0.7))
 
 
+def test_vict_on_an_environment_without_a_verifier_is_refused_before_anything_runs():
+    pytest.importorskip("alfworld")
+    config = TrainConfig(env="alfworld-small", credit="prover+vict")
+    with pytest.raises(ValueError, match="'prover\\+vict' needs the environment's VICT verifier"):
+        train(config, None, None, None, log=lambda line: None)
+
+
 def test_a_run_directory_never_holds_an_api_key(tmp_path):
     from prover_jax.judges import AgenticConfig
     from prover_jax.judges.critic import CriticConfig
