@@ -37,6 +37,7 @@ POOL_SLOTS, POOL_WORKERS = 64, 2
 EPISODES = {"alfworld": 12, "alfworld-small": 40}  # at most, for the slow engines
 REPLAYING = ("alfworld", "alfworld-small")  # environments that restore by replay
 REPLAYED = (0, 5, 10, 20)  # actions replayed by a restore
+LOADS = 3
 
 
 def record(name: str, episodes: int, seed: int = 0) -> list[tuple[envs.Task, list[str]]]:
@@ -97,6 +98,8 @@ def replay_restore_ms(name: str, episodes) -> dict[str, dict[int, float]]:
     """Replaying environments: mean ms to restore a state of ``n`` actions (n in REPLAYED),
     "live" when the task's engine is loaded but elsewhere in the episode (a reset and n
     actions), "load" when another task was played in between (the game loaded first)."""
+    from envs.alfworld.env import LIVE_ENGINES
+
     env = envs.make(name)
     states = {}
     for task, actions in episodes:
@@ -106,21 +109,23 @@ def replay_restore_ms(name: str, episodes) -> dict[str, dict[int, float]]:
                 states.setdefault(n, []).append(env.snapshot())
             if n < len(actions) and env.step(actions[n]).done:
                 break
-    others = [envs.Task(name, env.splits[-1], i) for i in range(2)]
+    # enough other tasks to take every live engine (each load costs a second or so, so the
+    # "load" figure is a mean over the first LOADS states)
+    others = [envs.Task(name, env.splits[-1], i) for i in range(LIVE_ENGINES + 1)]
     cost: dict[str, dict[int, float]] = {"live": {}, "load": {}}
     for n, found in sorted(states.items()):
         for kind in cost:
             total = 0.0
+            if kind == "load":
+                found = found[:LOADS]
             for state in found:
                 if kind == "live":
                     env.reset(state.task)
                     env.step("wait")  # not a prefix of the state: the restore resets
                 else:
-                    for other in others:  # two others: one may be this task
-                        env.reset(other)
-                    for task, _ in episodes:  # every engine holds another game
-                        if task != state.task:
-                            env.reset(task)
+                    for other in others:
+                        if other != state.task:
+                            env.reset(other)
                 start = time.perf_counter()
                 env.restore(state)
                 total += time.perf_counter() - start

@@ -31,7 +31,7 @@ import numpy as np
 
 import envs
 from envs.pool import EnvPool
-from prover_jax import runs
+from prover_jax import compile_cache, runs
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.rollout import Episode, Policy, ScriptedPolicy, run, start
 
@@ -189,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             results = {mode: evaluate(pool, policy, tasks, max(config.samples, 1),
                                       random.Random(config.seed), config.max_actions)}
         else:
+            compile_cache.enable()
             cfg, params, tokenizer = model
             results = evaluate_model(pool, params, cfg, tokenizer, config, tasks)
     report = {"env": name, "split": config.split, "tasks": len(tasks),

@@ -41,6 +41,7 @@ import tqdm
 import envs
 from envs.pool import EnvPool
 from models.qwen.chat import AgentFormat
+from prover_jax import compile_cache
 from prover_jax.batch import pack_streams
 from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
@@ -263,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg, params, tokenizer = initial_model(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))
+    compile_cache.enable()
     sft(config, cfg, params, tokenizer)
 
 

@@ -38,7 +38,7 @@ import envs
 from envs.pool import EnvPool
 from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE
-from prover_jax import credit, runs
+from prover_jax import compile_cache, credit, runs
 from prover_jax.batch import pack_streams
 from prover_jax.config import (
     add_arguments,
@@ -675,6 +675,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg, params, tokenizer = initial_model(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))
+    compile_cache.enable()
     train(config, cfg, params, tokenizer)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from prover_jax import compile_cache
 from prover_jax.server.app import create_app
 from prover_jax.server.model import ModelBackend
 from prover_jax.server.runner import GRACEFUL_SHUTDOWN_S, LOOPBACK
@@ -27,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="requests waiting before a 503")
     parser.add_argument("--default-max-tokens", type=int, default=256)
     args = parser.parse_args(argv)
+    compile_cache.enable()
     try:
         backend = ModelBackend(args.model, args.name, args.max_batch, args.queue_capacity,
                                args.default_max_tokens)

@@ -1,0 +1,40 @@
+"""The persistent XLA compilation cache of the command-line entry points.
+
+``python -m prover_jax.train`` (and ``sft``, ``evaluate``, the server) compile the same programs
+on every run of a config: the learner's step, the sampler's prefill and turns. With the cache a
+second run, a resume or an evaluation of the same model loads them instead. It lives in
+``$PROVER_JAX_CACHE`` (default ``~/.cache/prover_jax/xla``; ``off`` disables it). A
+``JAX_COMPILATION_CACHE_DIR`` set in the environment is JAX's own setting and wins.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT = Path("~/.cache/prover_jax/xla")
+VARIABLE = "PROVER_JAX_CACHE"
+
+
+def directory(environ: dict[str, str] | None = None) -> Path | None:
+    """Where the cache lives under ``environ`` (default ``os.environ``); None when it is off
+    or JAX's own variable decides."""
+    environ = os.environ if environ is None else environ
+    if environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None
+    value = environ.get(VARIABLE, str(DEFAULT))
+    return None if value.lower() in ("", "off", "0", "none") else Path(value).expanduser()
+
+
+def enable(environ: dict[str, str] | None = None) -> Path | None:
+    """Points JAX's persistent compilation cache at `directory`; returns it (None: unchanged).
+    Programs that compile in under a second are not worth a file and stay uncached."""
+    path = directory(environ)
+    if path is None:
+        return None
+    import jax
+
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return path
