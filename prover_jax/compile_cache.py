@@ -5,6 +5,10 @@ on every run of a config: the learner's step, the sampler's prefill and turns. W
 second run, a resume or an evaluation of the same model loads them instead. It lives in
 ``$PROVER_JAX_CACHE`` (default ``~/.cache/prover_jax/xla``; ``off`` disables it). A
 ``JAX_COMPILATION_CACHE_DIR`` set in the environment is JAX's own setting and wins.
+
+Measured on 2 CPU cores with README's main command (a tiny model, 3 steps): the first step
+takes 22.9 s with an empty cache and 11.6 s with the first run's (the rest is tracing and
+programs too quick to cache); the whole run 35.5 s and 24.5 s.
 """
 
 from __future__ import annotations
