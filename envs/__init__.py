@@ -5,10 +5,10 @@
 (:class:`envs.verifier.Verifier`). ``envs.pool.EnvPool`` runs many of them in worker processes.
 """
 
-from envs.base import Env, Step, Task, make, names, register, task_seed
+from envs.base import Env, Replay, Step, Task, make, names, register, replay_suffix, task_seed
 from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier
 
 __all__ = [
-    "Atom", "Env", "Kind", "Mutation", "Role", "Status", "Step", "Task", "Verifier", "make",
-    "names", "register", "task_seed",
+    "Atom", "Env", "Kind", "Mutation", "Replay", "Role", "Status", "Step", "Task", "Verifier",
+    "make", "names", "register", "replay_suffix", "task_seed",
 ]

@@ -134,6 +134,24 @@ class Env(abc.ABC):
             )
 
 
+class Replay(NamedTuple):
+    """The snapshot of an environment that restores by replay (an engine without snapshots
+    that is deterministic): its task and every action taken, in order."""
+
+    task: Task
+    actions: tuple[str, ...]
+    done: bool
+
+
+def replay_suffix(played: tuple[str, ...], target: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The actions that take an engine which has played ``played`` since its reset to the state
+    after ``target``; None when ``played`` is not a prefix of ``target`` (reset, then replay
+    all of ``target``)."""
+    if target[:len(played)] != played:
+        return None
+    return target[len(played):]
+
+
 def task_seed(task: Task) -> int:
     """A 64-bit seed for ``task``; different splits and indices get unrelated seeds."""
     key = f"{task.env}/{task.split}/{task.index}".encode()

@@ -18,11 +18,10 @@ os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + [
 # Many tests build the same tiny programs anew (a Learner per test, a trainer per subprocess):
 # the persistent compilation cache compiles each of them once per checkout, in every process the
 # tests start (they inherit the environment).
-for name, value in (("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).parents[1] / ".pytest_cache"
-                                                      / "xla")),
-                    ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0"),
-                    ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")):
-    os.environ.setdefault(name, value)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      str(Path(__file__).parents[1] / ".pytest_cache" / "xla"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 # libtpu (the tpu extra) is installed for tests/tpu/test_compile.py, which compiles for TPU
 # topologies without a TPU; the tests themselves run on the CPU backend

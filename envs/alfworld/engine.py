@@ -69,14 +69,15 @@ def parse_once() -> None:
     fast_downward.pddl2sas = functools.lru_cache(maxsize=16)(fast_downward.pddl2sas)
     parse = textgen._parse_and_convert
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def parsed(text, rule_name, trace):
         return parse(text, rule_name=rule_name, trace=trace)
 
     def parse_copy(text, rule_name=None, trace=False):
         return copy.deepcopy(parsed(text, rule_name, trace))
 
-    query = functools.lru_cache(maxsize=None)(Rule.parse_conjunctive_query.__func__)
+    query = functools.cache(Rule.parse_conjunctive_query.__func__)
+
     def copy_context(context):
         return {**context, "variables": dict(context["variables"]),
                 "mapping": dict(context["mapping"])}

@@ -2,13 +2,14 @@
 
 Tasks are games generated offline from household layouts (`envs.alfworld.games`; 3,553 train
 and 134 eval, as ALFWorld's splits) or, given ``data=`` or an ``$ALFWORLD_DATA`` that holds
-ALFWorld's ``json_2.1.1`` folder, the games of a user's ALFWorld data (splits ``train``, ``valid_seen``, ``valid_unseen``; ``eval`` is
-``valid_unseen``, ALFWorld's out-of-distribution evaluation). Observations, admissible
+ALFWorld's ``json_2.1.1`` folder, the games of a user's ALFWorld data (splits ``train``,
+``valid_seen``, ``valid_unseen``; ``eval`` is ``valid_unseen``, ALFWorld's out-of-distribution
+evaluation). Observations, admissible
 commands, "Nothing happens." and the goal check are the engine's. An episode ends when the goal
 holds (reward 1) or after 50 actions (reward 0).
 
 The engine has no snapshot, so a snapshot is the task and the actions taken
-(:class:`Replay`) and restoring replays them: onward from where the task's engine is when that
+(`envs.base.Replay`) and restoring replays them: onward from where the task's engine is when that
 is a prefix, else from a reset. An instance keeps the engines of its last ``LIVE_ENGINES`` tasks
 loaded, so restoring among the groups' tasks does not load a game again (a load parses the
 game's grammar and domain, about half a second). The engine is
@@ -23,23 +24,14 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from typing import NamedTuple
 
 from envs.alfworld import games
 from envs.alfworld.engine import NOTHING, Engine
-from envs.base import Env, Step, Task, register, task_seed
+from envs.base import Env, Replay, Step, Task, register, replay_suffix, task_seed
 
 __all__ = ["NOTHING", "Alfworld", "AlfworldSmall", "Replay"]
 
 LIVE_ENGINES = 8  # games kept loaded per environment instance (each engine holds one)
-
-
-class Replay(NamedTuple):
-    """An episode's state: its task and every action taken, in order."""
-
-    task: Task
-    actions: tuple[str, ...]
-    done: bool
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,10 +100,12 @@ class Alfworld(Env):
             raise TypeError(f"alfworld: cannot restore a {type(state).__name__}")
         self.check_task(state.task)
         live = self._engines.get(state.task)
-        if live is None or state.actions[:len(live[1])] != live[1]:
+        onward = None if live is None else replay_suffix(live[1], state.actions)
+        if onward is None:
             self._start(state.task)
-        engine, played = self._engines[state.task]
-        for action in state.actions[len(played):]:
+            onward = state.actions
+        engine = self._engines[state.task][0]
+        for action in onward:
             engine.step(action)
         self._engines[state.task] = (engine, state.actions)
         self._engines.move_to_end(state.task)

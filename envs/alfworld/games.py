@@ -45,7 +45,7 @@ _CONSTANT_TYPES = {"otype": ("KnifeType", "ButterKnifeType"),
 
 
 def mangled(raw: str) -> str:
-    """An ALFRED object id in PDDL's alphabet (``Apple|+01.00`` -> ``Apple_bar__plus_01_dot_00``)."""
+    """An ALFRED object id in PDDL's alphabet (``Apple|+01.00``: ``Apple_bar__plus_01_dot_00``)."""
     for char, word in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"),
                        (",", "_comma_")):
         raw = raw.replace(char, word)

@@ -143,3 +143,10 @@ def test_verifier_reconstructs_reward(name):
                     assert reconstruction_error(verifier, mutation.state) == 0.0, mutation.name
                     mutated_scores.append(verifier.score(mutation.state) < verifier.score(state))
     assert any(mutated_scores), "no mutation ever lowered a score"
+
+
+def test_replay_continues_a_prefix_and_restarts_otherwise():
+    assert envs.replay_suffix(("a",), ("a", "b", "c")) == ("b", "c")
+    assert envs.replay_suffix((), ("a",)) == ("a",)
+    assert envs.replay_suffix(("a", "x"), ("a", "b")) is None
+    assert envs.replay_suffix(("a", "b"), ("a",)) is None
