@@ -136,11 +136,14 @@ class Env(abc.ABC):
 
 class Replay(NamedTuple):
     """The snapshot of an environment that restores by replay (an engine without snapshots
-    that is deterministic): its task and every action taken, in order."""
+    that is deterministic): its task and every action taken, in order. ``view`` is what the
+    environment's verifier reads of the state reached (None without a verifier); restoring
+    does not read it."""
 
     task: Task
     actions: tuple[str, ...]
     done: bool
+    view: Hashable = None
 
 
 def replay_suffix(played: tuple[str, ...], target: tuple[str, ...]) -> tuple[str, ...] | None:

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 from collections import Counter
 
 from envs.alfworld import games
-from envs.alfworld.engine import Engine
+from envs.alfworld.engine import MOVE, Engine
 from envs.base import Task
 from envs.household import env as household
-
-_MOVE = re.compile(r"move (.+) to (.+)$")
 
 
 def as_household(command: str) -> str:
     """ALFWorld's command in household's grammar (``move O to R`` -> ``put O in/on R``)."""
-    move = _MOVE.match(command)
+    move = MOVE.fullmatch(command)
     return f"put {move.group(1)} in/on {move.group(2)}" if move else command
 
 

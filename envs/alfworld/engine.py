@@ -13,6 +13,7 @@ import contextlib
 import copy
 import functools
 import os
+import re
 import sys
 import tempfile
 
@@ -35,6 +36,7 @@ except ImportError as e:  # pragma: no cover - depends on the install
                       'pip install -e ".[alfworld]"') from e
 
 NOTHING = "Nothing happens."
+MOVE = re.compile(r"move (.+) to (.+)")  # ALFWorld 0.4's command that puts an object down
 
 
 def domain_text() -> str:
@@ -129,13 +131,12 @@ class Engine:
         """The commands the game accepts now, sorted."""
         return list(self._state["admissible_commands"])
 
-    def facts(self) -> frozenset[str]:
-        """The PDDL facts that hold now, as ``predicate(arg, ...)`` with ALFWorld's names
-        (``inreceptacle(apple 1, countertop 1)``); the negated copies the engine keeps for its
-        grammar are left out."""
-        return frozenset(
-            f"{fact.name}({', '.join(v.name.strip() for v in fact.arguments)})"
-            for fact in self._state["facts"] if not fact.name.startswith("not_"))
+    def facts(self) -> frozenset[tuple[str, ...]]:
+        """The PDDL facts that hold now, as ``(predicate, arg, ...)`` with ALFWorld's names
+        (``("inreceptacle", "apple 1", "countertop 1")``); the negated copies the engine keeps
+        for its grammar are left out."""
+        return frozenset((fact.name, *(v.name.strip() for v in fact.arguments))
+                         for fact in self._state["facts"] if not fact.name.startswith("not_"))
 
     def plan(self) -> list[str]:
         """The PDDL planner's commands from the current state to the goal ([] once won)."""
@@ -144,5 +145,5 @@ class Engine:
             return list(env._pddl_state.replan(env._entity_infos))
 
 
-__all__ = ["NOTHING", "Engine", "constants", "domain_text", "goal_library",
+__all__ = ["MOVE", "NOTHING", "Engine", "constants", "domain_text", "goal_library",
            "grammar_text"]

@@ -9,11 +9,13 @@ commands, "Nothing happens." and the goal check are the engine's. An episode end
 holds (reward 1) or after 50 actions (reward 0).
 
 The engine has no snapshot, so a snapshot is the task and the actions taken
-(`envs.base.Replay`) and restoring replays them: onward from where the task's engine is when that
-is a prefix, else from a reset. An instance keeps the engines of its last ``LIVE_ENGINES`` tasks
-loaded, so restoring among the groups' tasks does not load a game again (a load parses the
-game's grammar and domain, about half a second). The engine is
-deterministic, so every later observation, admissible command and reward repeats.
+(`envs.base.Replay`, whose ``view`` is what the VICT verifier reads: the engine's PDDL facts,
+the objects the observations have named and those the agent has held) and restoring replays
+them: onward from where the task's engine is when that is a prefix, else from a reset. An
+instance keeps the engines of its last ``LIVE_ENGINES`` tasks loaded, so restoring among the
+groups' tasks does not load a game again (a load parses the game's grammar and domain, about
+half a second). The engine is deterministic, so every later observation, admissible command
+and reward repeats. ``verifier`` gives VICT's atoms from the facts (`envs.alfworld.verifier`).
 The expert is the PDDL planner's plan from the current state (planned again only when the
 episode leaves the plan). The planner searches for a shortest plan: in rooms of household's
 size (20 receptacles, 25 objects) that takes from milliseconds to about ten seconds.
@@ -23,15 +25,54 @@ size (20 receptacles, 25 objects) that takes from milliseconds to about ten seco
 from __future__ import annotations
 
 import functools
+import re
 from collections import OrderedDict
+from typing import NamedTuple
 
 from envs.alfworld import games
 from envs.alfworld.engine import NOTHING, Engine
+from envs.alfworld.pddl import Fact
 from envs.base import Env, Replay, Step, Task, register, replay_suffix, task_seed
 
-__all__ = ["NOTHING", "Alfworld", "AlfworldSmall", "Replay"]
+__all__ = ["NOTHING", "Alfworld", "AlfworldSmall", "Replay", "View"]
 
 LIVE_ENGINES = 8  # games kept loaded per environment instance (each engine holds one)
+
+
+class View(NamedTuple):
+    """What the verifier reads of a state: the engine's PDDL facts after the last action, the
+    objects some observation has named, and the objects the agent has held."""
+
+    facts: frozenset[Fact]
+    seen: frozenset[str]
+    taken: frozenset[str]
+
+
+def started(facts: frozenset[Fact], intro: str) -> View:
+    """The view after a reset with ``facts`` and ``intro``."""
+    return View(facts, named(facts, intro), held(facts))
+
+
+def advanced(view: View, facts: frozenset[Fact], observation: str) -> View:
+    """The view after an action that led to ``facts`` and ``observation``."""
+    return View(facts, view.seen | named(facts, observation), view.taken | held(facts))
+
+
+def held(facts: frozenset[Fact]) -> frozenset[str]:
+    """The objects the agent holds."""
+    return frozenset(f[2] for f in facts if f[0] == "holds")
+
+
+def named(facts: frozenset[Fact], text: str) -> frozenset[str]:
+    """The objects of ``facts`` that ``text`` names (``apple 1``, not within ``apple 12``)."""
+    objects = frozenset(f[1] for f in facts if f[0] == "objecttype")
+    return frozenset(_names_pattern(objects).findall(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _names_pattern(objects: frozenset[str]) -> re.Pattern:
+    names = sorted(objects, key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b" if names else r"(?!)")
 
 
 @functools.lru_cache(maxsize=64)
@@ -75,7 +116,7 @@ class Alfworld(Env):
     def reset(self, task: Task) -> str:
         self.check_task(task)
         obs = self._start(task)
-        self._state = Replay(task, (), False)
+        self._state = Replay(task, (), False, started(self._engine_of(task).facts(), obs))
         return obs
 
     def step(self, action: str) -> Step:
@@ -86,7 +127,8 @@ class Alfworld(Env):
         self._engines[state.task] = (engine, played + (action,))
         actions = state.actions + (action,)
         truncated = not won and len(actions) >= self.max_turns
-        self._state = Replay(state.task, actions, won or truncated)
+        view = advanced(state.view, engine.facts(), obs)
+        self._state = Replay(state.task, actions, won or truncated, view)
         if self._plan and self._plan[0] == state and valid and self._plan[1][:1] == (action,):
             self._plan = (self._state, self._plan[1][1:])  # the rest of an optimal plan is one
         return Step(obs, won or truncated, 1.0 if won else 0.0,
@@ -96,8 +138,9 @@ class Alfworld(Env):
         return self._running(finished_ok=True)
 
     def restore(self, state: Replay) -> None:
-        if not isinstance(state, Replay):
-            raise TypeError(f"alfworld: cannot restore a {type(state).__name__}")
+        if not isinstance(state, Replay) or not isinstance(state.view, View):
+            raise TypeError(f"alfworld: cannot restore a {type(state).__name__} "
+                            "(expected an alfworld snapshot)")
         self.check_task(state.task)
         live = self._engines.get(state.task)
         onward = None if live is None else replay_suffix(live[1], state.actions)
@@ -112,9 +155,10 @@ class Alfworld(Env):
         self._state = state
 
     def verifier(self, task: Task | None = None):
-        raise NotImplementedError(
-            "alfworld: no VICT verifier yet (the atoms from the engine's PDDL facts are to "
-            "come); use household for VICT, or credit grpo / prover / gigpo here")
+        from envs.alfworld.verifier import verifier_of
+
+        return verifier_of(self.game(task or self._running(finished_ok=True).task)
+                           ["pddl_problem"])
 
     def admissible(self) -> list[str]:
         return self._engine().admissible()
@@ -128,9 +172,9 @@ class Alfworld(Env):
             self._plan = (state, tuple(self._engine().plan()))
         return self._plan[1][0] if self._plan[1] else "look"
 
-    def facts(self) -> frozenset[str]:
+    def facts(self) -> frozenset[Fact]:
         """The engine's PDDL facts now (`Engine.facts`)."""
-        return self._engine(finished_ok=True).facts()
+        return self._running(finished_ok=True).view.facts
 
     def _start(self, task: Task) -> str:
         """Resets ``task``'s live engine, loading the game into the least recently used one
@@ -146,7 +190,10 @@ class Alfworld(Env):
         return obs
 
     def _engine(self, finished_ok: bool = False) -> Engine:
-        return self._engines[self._running(finished_ok).task][0]
+        return self._engine_of(self._running(finished_ok).task)
+
+    def _engine_of(self, task: Task) -> Engine:
+        return self._engines[task][0]
 
     def _running(self, finished_ok: bool = False) -> Replay:
         if self._state is None:

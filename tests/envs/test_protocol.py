@@ -18,12 +18,11 @@ import envs
 from envs.verifier import check_atoms, reconstruction_error
 
 NAMES = envs.names()
-# alfworld's VICT verifier (atoms from the engine's PDDL facts) is not written yet
-VERIFIED = [name for name in NAMES if not name.startswith("alfworld")]
 # ALFWorld's engine translates each new game's PDDL for most of a second, and its planner (the
 # expert) takes up to seconds in household-sized rooms; alfworld-small runs the same code in
 # small rooms, so the tests that play many episodes with the expert leave alfworld out
 QUICK = [name for name in NAMES if name != "alfworld"]
+VERIFIED = QUICK  # every environment has a VICT verifier
 EXPERT_TASKS = {"alfworld-small": 4}
 GARBAGE = ["", "   ", "asdf", "go to", "take", "put nothing in/on nowhere 9", "search[",
            "click[]", "<answer>", "ünïcødé ☃ " * 3, "x" * 10_000, "\n\n\t"]
@@ -129,7 +128,7 @@ def test_verifier_reconstructs_reward(name):
     env, rng = envs.make(name), random.Random(1)
     mutated_scores = []
     for split in env.splits:
-        for task in env.tasks(split)[:12]:
+        for task in env.tasks(split)[:EXPERT_TASKS.get(name, 12)]:
             for expert_rate in (1.0, 0.0, 0.7):
                 env.reset(task)
                 steps = _play(env, rng, env.max_turns, expert_rate)

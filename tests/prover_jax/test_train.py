@@ -129,10 +129,26 @@ def test_train_config_errors():
         TrainConfig(sampling=SamplingConfig(temperature=0.7))
 
 
-def test_vict_on_an_environment_without_a_verifier_is_refused_before_anything_runs():
+def test_vict_on_tasks_without_a_verifier_is_refused_before_anything_runs(tmp_path,
+                                                                          monkeypatch):
+    """ALFWorld data whose goals slice (not among the six task types) has no VICT atoms."""
     pytest.importorskip("alfworld")
-    config = TrainConfig(env="alfworld-small", credit="prover+vict")
-    with pytest.raises(ValueError, match="'prover\\+vict' needs the environment's VICT verifier"):
+    from envs.alfworld import games
+    from envs.alfworld.engine import goal_library
+
+    game = games.generated_game(0, small=True)[1]
+    sliced = goal_library.gdict["pick_and_place_simple_slice"]["pddl"].format(
+        obj="Apple", recep="Fridge", toggle="", mrecep="").replace("#", "-")
+    game["pddl_problem"] = game["pddl_problem"][:game["pddl_problem"].find("(:goal")] + sliced
+    for split in games.DATA_SPLITS:
+        trial = tmp_path / "json_2.1.1" / split / "pick_and_place_simple-Apple-None-Fridge-1"
+        trial.mkdir(parents=True)
+        (trial / "trial_1").mkdir()
+        (trial / "trial_1" / "game.tw-pddl").write_text(json.dumps(game))
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    config = TrainConfig(env="alfworld", credit="prover+vict")
+    with pytest.raises(ValueError, match=r"'prover\+vict' needs the environment's VICT "
+                                         r"verifier.*issliced"):
         train(config, None, None, None, log=lambda line: None)
 
 

@@ -1,0 +1,319 @@
+"""ALFWorld's goal check, instrumented as VICT atoms read from the engine's PDDL facts.
+
+The atoms are the VICT paper's ALFWorld families (Table 10), read from simulator state diffs:
+``found`` (a goal object has been named by an observation), ``acquired`` (one has been held),
+``transformed`` (one is clean / hot / cool: ``isclean`` / ``ishot`` / ``iscool``), ``placed`` (a
+goal object with the transformation is in a receptacle of the target type; VIOL while the
+agent has put a wrong object there instead: a goal object without its transformation or
+another object); pick-two doubles ``acquired`` and ``placed``; the look task has ``lit`` (a
+lamp of the task's type is toggled; UNK until one was seen) and ``in_light`` (holding a goal
+object where a toggled lamp is). Their chains are household's (`envs.household.verifier`), so
+credit lands on the same kinds of actions in both.
+
+The task's parameters (object type, target type, lamp type, transformation, one or two
+objects) are read from the game's own PDDL goal, so the verifier works on generated games and
+on a user's ALFWorld data alike. The score ``V`` evaluates that goal formula on the facts
+(`envs.alfworld.pddl.holds`), code separate from the atoms; the tests check it against the
+engine's own goal check on every state of many episodes. Goals with slicing or a movable
+receptacle (not among ALFWorld's six task types) have no atoms: `verifier_of` says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Mapping, Sequence
+
+from envs.alfworld import pddl
+from envs.alfworld.engine import MOVE
+from envs.alfworld.pddl import Fact
+from envs.base import Replay
+from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier, check_atoms
+
+SAT, UNSAT, UNK, VIOL = Status.SAT, Status.UNSAT, Status.UNK, Status.VIOL
+_FLAG = {"isclean": "clean", "ishot": "heat", "iscool": "cool"}  # predicate -> task type
+_WORD = {"clean": "clean", "heat": "hot", "cool": "cold"}
+_USE = re.compile(r"use (.+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """A goal's parameters: household's task type name (pick, look, clean, heat, cool, pick2),
+    the object type (``appletype``), the target receptacle type (``fridgetype``; look: "")
+    and the lamp type (``desklamptype``; place tasks: "")."""
+
+    task_type: str
+    obj: str
+    target: str = ""
+    lamp: str = ""
+
+    @property
+    def flag(self) -> str | None:
+        """The transformation's predicate (``isclean``), or None."""
+        return next((p for p, t in _FLAG.items() if t == self.task_type), None)
+
+
+def goal_of(formula: pddl.Formula) -> Goal:
+    """The parameters of an ALFWorld goal formula; NotImplementedError for goals outside the
+    six task types."""
+    found = set(pddl.literals(formula))
+    unsupported = sorted({f[0] for f in found} & {"issliced", "inreceptacleobject"})
+    if unsupported:
+        raise NotImplementedError(
+            f"alfworld: no VICT atoms for goals with {', '.join(unsupported)} (slicing or a "
+            "movable receptacle; not among ALFWorld's six task types)")
+    types = {f[1]: f[2] for f in found if f[0] == "objecttype"}
+    lamps = {f[1] for f in found if f[0] == "istoggled"}
+    objects = {types[f[2]] for f in found if f[0] == "holds"} | {
+        types[f[1]] for f in found if f[0] == "inreceptacle" and f[1] not in lamps}
+    targets = {f[2] for f in found if f[0] == "receptacletype"}
+    if len(objects) != 1 or len(targets) > 1 or len(lamps) > 1:
+        raise NotImplementedError(f"alfworld: no VICT atoms for the goal {formula}")
+    obj = objects.pop()
+    if lamps:
+        return Goal("look", obj, lamp=types[lamps.pop()])
+    placed = {f[1] for f in found if f[0] == "inreceptacle"}
+    flags = [_FLAG[f[0]] for f in found if f[0] in _FLAG]
+    task_type = "pick2" if len(placed) == 2 else flags[0] if flags else "pick"
+    return Goal(task_type, obj, target=targets.pop())
+
+
+def kind_of(name: str) -> str:
+    """The type of a thing named as ALFWorld names it (``apple 1``: ``appletype``)."""
+    return name.rsplit(" ", 1)[0].replace(" ", "") + "type"
+
+
+@functools.lru_cache(maxsize=256)
+def verifier_of(problem: str) -> AlfworldVerifier:
+    """The verifier of the game whose PDDL problem is ``problem`` (cached: VICT asks for the
+    verifier of every group's task at every step)."""
+    return AlfworldVerifier(pddl.goal(problem))
+
+
+class AlfworldVerifier(Verifier):
+    """Atoms, evidence, aggregator, commits and mutations of one ALFWorld goal."""
+
+    def __init__(self, formula: pddl.Formula):
+        self.formula = formula
+        self.goal = goal_of(formula)
+        self.atoms = self._atoms()
+        check_atoms(self.atoms)
+
+    def _atoms(self) -> tuple[Atom, ...]:
+        g, source = self.goal, "ALFWorld goal (PDDL)"
+        obj, target = _word(g.obj), _word(g.target)
+        found = Atom(f"found:{obj}", Kind.EVIDENCE, Role.PREREQUISITE, "found", ("found",),
+                     irreversible=True, source=source,
+                     description=f"an observation has named a {obj}")
+        acquired = Atom(f"acquired:{obj}", Kind.STATE, Role.PREREQUISITE, "acquired",
+                        ("taken",), (0,), irreversible=True, source=source,
+                        description=f"a {obj} has been held")
+        if g.task_type == "look":
+            lamp = _word(g.lamp)
+            return (
+                found, acquired,
+                Atom(f"lit:{lamp}", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",), (),
+                     source=source, description=f"a {lamp} is on"),
+                Atom(f"in_light:{obj}", Kind.COMMIT, Role.HARD, "in_light",
+                     ("held", "lamp_here"), (1, 2), source=source,
+                     description=f"holding a {obj} where a {lamp} is on"),
+            )
+        placed_vars = ("placed", "flag") if g.flag else ("placed",)
+        if g.task_type == "pick2":
+            return (
+                found, acquired,
+                Atom(f"placed:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
+                     (1,), source=source, description=f"a {obj} is in a {target}"),
+                Atom(f"acquired_2:{obj}", Kind.STATE, Role.PREREQUISITE, "acquired",
+                     ("taken",), (1,), irreversible=True, source=source,
+                     description=f"two {obj}s have been held"),
+                Atom(f"placed_2:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
+                     (2, 3), source=source, description=f"two {obj}s are in a {target}"),
+            )
+        chain = [found, acquired]
+        word = ""
+        if g.flag:
+            word = _WORD[g.task_type]
+            chain.append(Atom(f"{word}:{obj}", Kind.STATE, Role.PREREQUISITE, "transformed",
+                              ("flag",), (1,), source=source,
+                              description=f"a {obj} is {word} ({g.flag})"))
+        chain.append(Atom(f"placed:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed",
+                          placed_vars, (len(chain) - 1,), source=source,
+                          description=f"a {word + ' ' if word else ''}{obj} is in a {target}"))
+        return tuple(chain)
+
+    def evidence(self, state: Replay) -> dict[str, object]:
+        """Φ: sets of goal objects (seen, held once, transformed, in a target receptacle, put
+        there wrongly) and, for look tasks, the lamps seen and on, and what is held where."""
+        view = _view(state)
+        g, facts = self.goal, view.facts
+        goal_objects = _of_type(facts, g.obj)
+        if g.task_type == "look":
+            lamps = _of_type(facts, g.lamp)
+            on = frozenset(lamp for lamp in lamps if ("istoggled", lamp) in facts)
+            here = _agent_location(facts)
+            return {
+                "found": bool(view.seen & goal_objects),
+                "taken": view.taken & goal_objects,
+                "lit": on,
+                "seen_lamp": bool(view.seen & lamps),
+                "held": frozenset(o for o in goal_objects if _holds(facts, o)),
+                "lamp_here": frozenset(lamp for lamp in on if _location(facts, lamp) == here),
+            }
+        flagged = (frozenset(o for o in goal_objects if (g.flag, o) in facts) if g.flag
+                   else goal_objects)
+        in_target = frozenset(f[1] for f in facts if f[0] == "inreceptacle"
+                              and ("receptacletype", f[2], g.target) in facts)
+        return {
+            "found": bool(view.seen & goal_objects),
+            "seen": view.seen & goal_objects,
+            "taken": view.taken & goal_objects,
+            "flag": flagged,
+            "placed": in_target & flagged,
+            # put there by the agent: a goal object without its transformation, or another one
+            "misplaced": (in_target & view.taken) - flagged,
+        }
+
+    def evaluate(self, evidence: Mapping[str, object]) -> tuple[Status, ...]:
+        task_type = self.goal.task_type
+        found = SAT if evidence["found"] else UNSAT
+        acquired = _at_least(evidence["taken"], 1)
+        if task_type == "look":
+            lit = UNK if not evidence["seen_lamp"] else SAT if evidence["lit"] else UNSAT
+            in_light = bool(evidence["held"]) and bool(evidence["lamp_here"])
+            return found, acquired, lit, SAT if in_light else UNSAT
+        placed, misplaced = evidence["placed"], bool(evidence["misplaced"])
+        if task_type == "pick2":
+            second = (UNK if len(evidence["seen"]) < 2 and len(evidence["taken"]) < 2
+                      else _at_least(evidence["taken"], 2))
+            return (found, acquired, _placed(placed, 1, misplaced), second,
+                    _placed(placed, 2, misplaced))
+        if task_type == "pick":
+            return found, acquired, _placed(placed, 1, misplaced)
+        return found, acquired, _at_least(evidence["flag"], 1), _placed(placed, 1, misplaced)
+
+    def aggregate(self, statuses: Sequence[Status]) -> float:
+        """1 when every atom is satisfied, else 0 (ALFWorld's goal is a conjunction)."""
+        return float(all(s == SAT for s in statuses))
+
+    def commits(self, action: str) -> frozenset[int]:
+        """Moving a goal object to a receptacle commits the placement atoms; ``use`` of the
+        task's lamp commits a look."""
+        if self.goal.task_type == "look":
+            use = _USE.fullmatch(action.strip())
+            return frozenset({3}) if use and kind_of(use[1]) == self.goal.lamp else frozenset()
+        move = MOVE.fullmatch(action.strip())
+        if not move or kind_of(move[1]) != self.goal.obj:
+            return frozenset()
+        return frozenset(j for j, atom in enumerate(self.atoms) if atom.kind == Kind.COMMIT)
+
+    def score(self, state: Replay) -> float:
+        """V: the game's PDDL goal evaluated on the state's facts."""
+        return float(pddl.holds(self.formula, _view(state).facts))
+
+    def mutations(self, state: Replay) -> list[Mutation]:
+        """Wrong receptacle, transformation removed (a premature placement), object swapped
+        (a wrong object placed), second object dropped, target never found; look tasks: lamp
+        off, object swapped (the goal object put down)."""
+        view, g = _view(state), self.goal
+        facts = view.facts
+        goal_objects = _of_type(facts, g.obj)
+        out = []
+
+        def mutated(name: str, family: str, new_facts: frozenset[Fact], **changes) -> None:
+            out.append(Mutation(name, state._replace(view=view._replace(facts=new_facts,
+                                                                        **changes)),
+                                families=(family,)))
+
+        receptacles = sorted(f[1] for f in facts if f[0] == "receptacletype"
+                             and f[2] != g.target)
+        elsewhere = receptacles[0] if receptacles else None
+        if g.task_type == "look":
+            lamps = _of_type(facts, g.lamp)
+            mutated("lamp off", "lit", facts - {("istoggled", lamp) for lamp in lamps})
+            held_goal = [o for o in goal_objects if _holds(facts, o)]
+            if held_goal and elsewhere:
+                mutated("object swapped", "in_light", _moved(facts, held_goal, elsewhere))
+            return out
+        targets = sorted(f[1] for f in facts if f[0] == "receptacletype" and f[2] == g.target)
+        placed = sorted(f[1] for f in facts if f[0] == "inreceptacle" and f[1] in goal_objects
+                        and f[2] in targets)
+        if placed and elsewhere:
+            mutated("wrong receptacle", "placed", _moved(facts, placed, elsewhere))
+        if g.flag:
+            mutated("transformation removed", "transformed",
+                    facts - {(g.flag, o) for o in goal_objects})
+        lamps_and_goals = goal_objects | {o for o in _objects(facts) if kind_of(o) == g.lamp}
+        others = sorted(o for o in _objects(facts) - lamps_and_goals if not _holds(facts, o))
+        if placed and elsewhere and others and targets:
+            swapped = _moved(_moved(facts, placed, elsewhere), others[:1], targets[0])
+            mutated("object swapped", "placed", swapped, taken=view.taken | {others[0]})
+        if g.task_type == "pick2" and placed and elsewhere:
+            mutated("second object dropped", "placed", _moved(facts, placed[-1:], elsewhere))
+        if elsewhere:
+            unfound = _moved(facts, sorted(goal_objects), elsewhere)
+            mutated("target never found", "found", unfound, seen=view.seen - goal_objects,
+                    taken=view.taken - goal_objects)
+        return out
+
+
+def _view(state: Replay):
+    if not isinstance(state, Replay) or state.view is None:
+        raise TypeError(f"alfworld verifier: expected an alfworld snapshot, got {state!r:.80}")
+    return state.view
+
+
+def _word(kind: str) -> str:
+    return kind.removesuffix("type")
+
+
+def _objects(facts: frozenset[Fact]) -> frozenset[str]:
+    return frozenset(f[1] for f in facts if f[0] == "objecttype")
+
+
+def _of_type(facts: frozenset[Fact], kind: str) -> frozenset[str]:
+    return frozenset(f[1] for f in facts if f[0] == "objecttype" and f[2] == kind)
+
+
+def _holds(facts: frozenset[Fact], obj: str) -> bool:
+    return any(f[0] == "holds" and f[2] == obj for f in facts)
+
+
+def _agent_location(facts: frozenset[Fact]) -> str | None:
+    return next((f[2] for f in facts if f[0] == "atlocation"), None)
+
+
+def _location(facts: frozenset[Fact], obj: str) -> str | None:
+    """The location of the receptacle ``obj`` is in (None while it is held)."""
+    receptacle = next((f[2] for f in facts if f[0] == "inreceptacle" and f[1] == obj), None)
+    return next((f[2] for f in facts if f[0] == "receptacleatlocation"
+                 and f[1] == receptacle), None)
+
+
+def _moved(facts: frozenset[Fact], objects: Sequence[str], receptacle: str) -> frozenset[Fact]:
+    """``facts`` with ``objects`` put in ``receptacle`` (out of the agent's hands)."""
+    location = next(f[2] for f in facts if f[0] == "receptacleatlocation" and f[1] == receptacle)
+    moving = set(objects)
+    kept = {f for f in facts if _subject(f) not in moving}
+    kept |= {("inreceptacle", o, receptacle) for o in moving}
+    kept |= {("objectatlocation", o, location) for o in moving}
+    if not any(f[0] == "holds" for f in kept):
+        kept = {f for f in kept if f[0] != "holdsany"}
+    return frozenset(kept)
+
+
+def _subject(fact: Fact) -> str | None:
+    """The object whose whereabouts ``fact`` states (in a receptacle, at a location, held)."""
+    if fact[0] in ("inreceptacle", "objectatlocation"):
+        return fact[1]
+    return fact[2] if fact[0] == "holds" else None
+
+
+def _at_least(objects: frozenset[str], n: int) -> Status:
+    return SAT if len(objects) >= n else UNSAT
+
+
+def _placed(objects: frozenset[str], n: int, misplaced: bool) -> Status:
+    """SAT with ``n`` goal objects placed; else VIOL if a wrong placement is there."""
+    return SAT if len(objects) >= n else VIOL if misplaced else UNSAT
