@@ -38,9 +38,9 @@ from vict_jax.pipeline import batch_inputs, credit_group, play
 from vict_jax.redistribute import RedistributionConfig, redistribute
 
 GROUP = 8
-ENVS = ("household", "webshop", "tau-retail", "tau-airline")
-PAPER_DOMAIN = {"household": "ALFWorld", "webshop": "WebShop", "tau-retail": "τ Retail",
-                "tau-airline": "τ Airline"}
+ENVS = ("household", "alfworld-small", "webshop", "tau-retail", "tau-airline")
+PAPER_DOMAIN = {"household": "ALFWorld", "alfworld-small": "ALFWorld", "webshop": "WebShop",
+                "tau-retail": "τ Retail", "tau-airline": "τ Airline"}
 # Table 5: atoms per task, reconstruction, mutation conformance, eligibility pass, proof
 # coverage, abstention (%); Table 12: trigger, sparsity (%), non-zero actions per trajectory,
 # core size, budget hit, abstention (%), top abstention reason.
