@@ -199,7 +199,7 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="*", default=envs.names())
+    parser.add_argument("--envs", nargs="*", default=envs.names(served=False))
     parser.add_argument("--episodes", type=int, default=200)
     args = parser.parse_args()
     results = run(args.envs, args.episodes)

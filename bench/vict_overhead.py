@@ -157,7 +157,7 @@ def step_table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="*", default=envs.names())
+    parser.add_argument("--envs", nargs="*", default=envs.names(served=False))
     parser.add_argument("--groups", type=int, default=16)
     args = parser.parse_args()
     results = run(args.envs, args.groups)

@@ -171,9 +171,10 @@ def register(name: str, factory: Callable[..., Env]) -> None:
     _REGISTRY[name] = factory
 
 
-def names() -> list[str]:
-    """The registered environment names (built-in ones included), sorted."""
-    return sorted(set(_BUILTIN) | set(_REGISTRY))
+def names(served: bool = True) -> list[str]:
+    """The registered environment names (built-in ones included), sorted; without the clients
+    of servers the user runs (`SERVED`) when ``served`` is False."""
+    return sorted(n for n in set(_BUILTIN) | set(_REGISTRY) if served or n not in SERVED)
 
 
 def make(name: str, **config: Any) -> Env:
@@ -195,4 +196,9 @@ _BUILTIN: dict[str, str] = {
     "searchqa": "envs.searchqa",
     "tau-retail": "envs.tau",
     "tau-airline": "envs.tau",
+    "agentgym-alfworld": "envs.agentgym",
+    "agentgym-webshop": "envs.agentgym",
+    "agentgym-searchqa": "envs.agentgym",
 }
+# clients of a server the user starts (they need its URL)
+SERVED = frozenset({"agentgym-alfworld", "agentgym-webshop", "agentgym-searchqa"})

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 import envs
 from envs.verifier import check_atoms, reconstruction_error
 
-NAMES = envs.names()
+NAMES = envs.names(served=False)  # tests/envs/test_agentgym.py runs AgentGym's clients
 # ALFWorld's engine translates each new game's PDDL for most of a second, and its planner (the
 # expert) takes up to seconds in household-sized rooms; alfworld-small runs the same code in
 # small rooms, so the tests that play many episodes with the expert leave alfworld out
