@@ -209,17 +209,32 @@ def task_split(env: envs.Env, split: str | None) -> str:
 
 def environment_texts(env: envs.Env, episodes: int = 20, seed: int = 0,
                       split: str | None = None) -> list[str]:
-    """Observations and actions of expert episodes: a corpus for a tokenizer."""
+    """Observations and actions of expert episodes (random ones where the environment has no
+    expert; only the first observations where it has neither): a corpus for a tokenizer."""
     rng, texts = random.Random(seed), [env.instruction()]
     for task in env.tasks(task_split(env, split))[:episodes]:
         texts.append(env.reset(task))
         for _ in range(env.max_turns):
-            action = env.expert_action() if rng.random() < 0.7 else env.random_action(rng)
+            action = corpus_action(env, rng)
+            if action is None:
+                break
             step = env.step(action)
             texts += [action, step.obs]
             if step.done:
                 break
     return texts
+
+
+def corpus_action(env: envs.Env, rng: random.Random) -> str | None:
+    """The expert's next action, or (3 times in 10) a random one; the other kind when the
+    environment lacks one; None when it has neither."""
+    chosen = (env.expert_action, lambda: env.random_action(rng))
+    for choose in chosen if rng.random() < 0.7 else chosen[::-1]:
+        try:
+            return choose()
+        except NotImplementedError:
+            continue
+    return None
 
 
 def trainable_methods() -> list[str]:

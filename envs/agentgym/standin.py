@@ -56,8 +56,10 @@ class _Envs:
         raise IndexError(f"task id {item} is out of range")
 
 
-async def _body(request: Request) -> dict:
-    """The JSON object of a POST's body ({} without a body)."""
+async def _request(request: Request) -> dict:
+    """A POST's JSON object ({} without a body), or a GET's query parameters."""
+    if request.method != "POST":
+        return dict(request.query_params)
     raw = await request.body()
     body = json.loads(raw) if raw else {}
     if not isinstance(body, dict):
@@ -65,26 +67,32 @@ async def _body(request: Request) -> dict:
     return body
 
 
-def _alfworld_routes(state: _Envs) -> list[Route]:
+def _endpoint(state: _Envs, handler: Callable[[dict], Any], errors_as_200: bool):
+    """An endpoint that reads the request, then runs ``handler`` on it holding the state's
+    lock (never across an await). An error is an HTTP 500, or with ``errors_as_200`` an HTTP
+    200 with an ``error`` field, as ALFWorld's server reports errors."""
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            body = await _request(request)
+            with state.lock:
+                return JSONResponse(handler(body))
+        except Exception as e:
+            if errors_as_200:
+                return JSONResponse({"error": str(e)})
+            raise
+    return endpoint
+
+
+def _alfworld_routes(state: _Envs) -> dict[str, Callable[[dict], Any]]:
     def checked(env_id: Any) -> Env:
         if env_id not in state.envs:
             raise LookupError(f"The id {env_id} is not valid.")
         return state.envs[env_id]
 
-    def errors_as_200(handler):
-        async def endpoint(request: Request) -> JSONResponse:
-            try:
-                with state.lock:
-                    return JSONResponse(await handler(request))
-            except Exception as e:  # the ALFWorld server reports every error this way
-                return JSONResponse({"error": str(e)})
-        return endpoint
-
-    async def create(request):
+    def create(body):
         return {"id": state.create()}
 
-    async def reset(request):
-        body = await _body(request)
+    def reset(body):
         env = checked(body["id"])
         if body["world_type"] not in ("Text", "Embody", "Hybrid"):
             raise ValueError('world_type must be one of "Text", "Embody" and "Hybrid"')
@@ -94,8 +102,7 @@ def _alfworld_routes(state: _Envs) -> list[Route]:
         return {"id": body["id"], "observation": observation,
                 "available_actions": env.admissible(), "task_type": "generated"}
 
-    async def step(request):
-        body = await _body(request)
+    def step(body):
         env = checked(body["id"])
         if env.snapshot().done:
             raise RuntimeError(f"The task with environment {body['id']} has finished.")
@@ -105,32 +112,20 @@ def _alfworld_routes(state: _Envs) -> list[Route]:
                 "available_actions": [] if result.done else env.admissible(),
                 "done": result.done}
 
-    async def available_actions(request):
-        return checked(int(request.query_params["id"])).admissible()
+    def available_actions(body):
+        return checked(int(body["id"])).admissible()
 
-    async def observation(request):
-        env_id = int(request.query_params["id"])
-        checked(env_id)
-        return state.observations[env_id]
+    def observation(body):
+        checked(int(body["id"]))
+        return state.observations[int(body["id"])]
 
-    return [Route("/create", errors_as_200(create), methods=["POST"]),
-            Route("/reset", errors_as_200(reset), methods=["POST"]),
-            Route("/step", errors_as_200(step), methods=["POST"]),
-            Route("/available_actions", errors_as_200(available_actions), methods=["GET"]),
-            Route("/observation", errors_as_200(observation), methods=["GET"])]
+    return {"POST /create": create, "POST /reset": reset, "POST /step": step,
+            "GET /available_actions": available_actions, "GET /observation": observation}
 
 
-def _indexed_routes(state: _Envs, protocol: str) -> list[Route]:
+def _indexed_routes(state: _Envs, protocol: str) -> dict[str, Callable[[dict], Any]]:
     """WebShop's and SearchQA's routes (``env_idx``; an error is an HTTP 500)."""
     observation_field = "state" if protocol == "webshop" else "observation"
-
-    def locked(handler):
-        async def endpoint(request: Request) -> JSONResponse:
-            body = await _body(request) if request.method == "POST" else dict(
-                request.query_params)
-            with state.lock:
-                return JSONResponse(handler(body))
-        return endpoint
 
     def create(body):
         return state.create()
@@ -161,14 +156,12 @@ def _indexed_routes(state: _Envs, protocol: str) -> list[Route]:
     def close(body):
         return state.envs.pop(int(body["env_idx"]), None) is not None
 
-    routes = [Route("/create", locked(create), methods=["POST"]),
-              Route("/reset", locked(reset), methods=["POST"]),
-              Route("/step", locked(step), methods=["POST"]),
-              Route("/observation", locked(observation), methods=["GET"])]
+    routes = {"POST /create": create, "POST /reset": reset, "POST /step": step,
+              "GET /observation": observation}
     if protocol == "webshop":
-        routes.append(Route("/available_actions", locked(available_actions), methods=["GET"]))
+        routes["GET /available_actions"] = available_actions
     else:
-        routes.append(Route("/close", locked(close), methods=["POST"]))
+        routes["POST /close"] = close
     return routes
 
 
@@ -179,9 +172,12 @@ def create_app(protocol: str, backing: str | None = None) -> Starlette:
         raise ValueError(f"unknown AgentGym protocol {protocol!r}; one of {sorted(PROTOCOLS)}")
     name = backing or BACKING[protocol]
     state = _Envs(protocol, lambda: envs.make(name), random_ids=protocol == "webshop")
-    routes = (_alfworld_routes(state) if protocol == "alfworld"
-              else _indexed_routes(state, protocol))
-    return Starlette(routes=routes)
+    handlers = (_alfworld_routes(state) if protocol == "alfworld"
+                else _indexed_routes(state, protocol))
+    return Starlette(routes=[
+        Route(path, _endpoint(state, handler, errors_as_200=protocol == "alfworld"),
+              methods=[method])
+        for (method, path), handler in ((key.split(" "), h) for key, h in handlers.items())])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -221,3 +221,22 @@ def test_a_pool_of_clients_plays_on_when_the_server_dies():
     assert [e.num_turns for e in started] == [3, 3]
     assert all(e.done and e.truncated and e.reward == 0.0 for e in finished)
     assert [e.num_turns for e in finished] == [4, 4]
+
+
+def test_concurrent_clients_get_their_own_episodes(server):
+    """Four clients at once (as a pool's workers are) play what each plays alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    protocol, _, url = server
+    actions = {"alfworld": ["look", "inventory", "go to cabinet 1"],
+               "webshop": ["search[shoes]", "click[< prev]", "search[shirt]"],
+               "searchqa": ["<search>river</search>", "<search>city</search>", "x"]}[protocol]
+
+    def episode(index: int) -> list[tuple]:
+        client = _client(protocol, url)
+        client.reset(client.tasks("train")[index])
+        return _play(client, actions)
+
+    alone = [episode(i) for i in range(4)]
+    with ThreadPoolExecutor(4) as threads:
+        assert list(threads.map(episode, range(4))) == alone
