@@ -53,6 +53,7 @@ class Env(abc.ABC):
 
     name: ClassVar[str]
     max_turns: ClassVar[int]
+    has_expert: ClassVar[bool] = True  # False: `expert_action` raises NotImplementedError
     splits: ClassVar[tuple[str, ...]] = SPLITS
 
     @abc.abstractmethod

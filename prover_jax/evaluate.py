@@ -175,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "--random")
         name = args.env or _run_env(args.model) or "household"
         env = envs.make(name)
+        if args.expert and not env.has_expert:
+            raise ValueError(f"{name} has no expert")
         config = EvalConfig(eval_split(env, args.split), args.tasks, args.samples,
                             max_actions=args.max_actions, max_new_tokens=args.max_new_tokens,
                             seed=args.seed)

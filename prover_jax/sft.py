@@ -190,9 +190,17 @@ def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[
     Raises:
       ValueError: as `prover_jax.train.train`, for the run directory and the environment.
     """
-    env = envs.make(config.env)
+    env = demonstrating_env(config.env)
     with run_or_temporary(config.run_dir, "sft-", log) as directory:
         return _sft(config, env, cfg, params, tokenizer, directory, log)
+
+
+def demonstrating_env(name: str) -> envs.Env:
+    """A new environment ``name``; ValueError when it has no expert to learn from."""
+    env = envs.make(name)
+    if not env.has_expert:
+        raise ValueError(f"{name} has no expert to learn from")
+    return env
 
 
 def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Path,
@@ -261,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         config = load_config(SftConfig, args.config, overrides(args, SHORTHANDS))
+        demonstrating_env(config.env)
         cfg, params, tokenizer = initial_model(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))

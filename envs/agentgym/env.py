@@ -37,6 +37,7 @@ class AgentGym(Env):
     """One environment of an AgentGym server (a subclass per server protocol)."""
 
     protocol: ClassVar[Protocol]
+    has_expert = False
 
     def __init__(self, url: str | None = None, timeout: float = 60.0, retries: int = 3,
                  backoff: float = 0.5):

@@ -240,3 +240,14 @@ def test_concurrent_clients_get_their_own_episodes(server):
     alone = [episode(i) for i in range(4)]
     with ThreadPoolExecutor(4) as threads:
         assert list(threads.map(episode, range(4))) == alone
+
+
+def test_expert_work_is_refused_where_the_server_has_no_expert(monkeypatch, capsys):
+    from prover_jax import evaluate, sft
+
+    monkeypatch.setenv(URL_VARIABLE, "http://127.0.0.1:9")
+    for main, args in ((evaluate.main, ["--env", "agentgym-webshop", "--expert"]),
+                       (sft.main, ["--env", "agentgym-webshop"])):
+        with pytest.raises(SystemExit):
+            main(args)
+        assert "agentgym-webshop has no expert" in capsys.readouterr().err

@@ -52,7 +52,8 @@ def test_a_file_that_is_not_a_mapping(tmp_path):
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
-def test_shipped_configs_load_and_fit_their_environment(path):
+def test_shipped_configs_load_and_fit_their_environment(path, monkeypatch):
+    monkeypatch.setenv("AGENTGYM_URL", "http://127.0.0.1:9")  # made, never contacted
     config = load(TrainConfig, path)
     assert credit.registry.trainable(credit.get(config.credit))
     assert (config.max_actions or envs.make(config.env).max_turns) <= (
