@@ -37,6 +37,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import random
+import signal
 import sys
 import tempfile
 import traceback
@@ -102,6 +103,8 @@ def _serve(connection, factory: _Factory, slots: tuple[int, ...]) -> None:
     The environments of all the worker's slots are built before it says it is ready, so a
     request's timeout never covers the imports and indexes that building them takes.
     """
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a terminal's Ctrl-C reaches the whole
+        signal.signal(signum, signal.SIG_IGN)         # group; the parent stops the workers
     try:
         envs = {slot: factory() for slot in slots}
     except Exception:

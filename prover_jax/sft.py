@@ -46,6 +46,7 @@ from prover_jax.batch import pack_streams
 from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
 from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
+from prover_jax.interrupt import deferred_signals
 from prover_jax.learner import Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import next_context
 from prover_jax.rollout import Action, Episode, Policy, ScriptedPolicy, run, start
@@ -53,6 +54,7 @@ from prover_jax.train import (
     Laps,
     RunDirectory,
     TinyModel,
+    exit_when_interrupted,
     initial_model,
     run_or_temporary,
     task_at,
@@ -219,7 +221,7 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
     train_tasks = env.tasks(task_split(env, config.split))
     heldout_tasks = env.tasks(eval_split(env, config.evaluation.split))
     slots = min(64, config.demonstrations)
-    with EnvPool(config.env, slots, config.workers) as pool:
+    with EnvPool(config.env, slots, config.workers) as pool, deferred_signals() as received:
         rng = random.Random(config.seed)
         chosen = [task_at(train_tasks, i, config.seed) for i in range(config.demonstrations)]
         demos = demonstrations(pool, policy, chosen, rng, config.max_actions)
@@ -258,6 +260,7 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
                 laps.lap("eval")
             row.update({f"time/{k}_s": v for k, v in laps.seconds.items()})
             run_dir.write(row, nll=f"{loss:.3f}")
+            run_dir.stop_if_signalled(state, received(), config.run_dir)
     return run_dir.close()
 
 
@@ -274,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         parser.error(str(e))
     compile_cache.enable()
-    sft(config, cfg, params, tokenizer)
+    with exit_when_interrupted():
+        sft(config, cfg, params, tokenizer)
 
 
 SHORTHANDS = {"env": str, "steps": int, "demonstrations": int, "noise": float,

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,6 +52,7 @@ from prover_jax.config import (
 from prover_jax.config import load as load_config
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
 from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
+from prover_jax.interrupt import Interrupted, deferred_signals
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
 from prover_jax.plot import plot_run
@@ -465,7 +467,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
     mine, row_multiple = process_groups(config), process_row_multiple(config, learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, config.credit)
     state = run_dir.state
-    with EnvPool(config.env, len(mine) * group_rows(config), config.workers) as pool:
+    with (EnvPool(config.env, len(mine) * group_rows(config), config.workers) as pool,
+          deferred_signals() as received):
         while int(state.step) < config.steps:
             step = int(state.step)
             laps = Laps()
@@ -515,6 +518,7 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}
             run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                           step_s=f"{sum(laps.seconds.values()):.1f}")
+            run_dir.stop_if_signalled(state, received(), config.run_dir)
     return run_dir.close()
 
 
@@ -559,6 +563,16 @@ class RunDirectory:
         step = int(state.step)
         if step % every == 0 or step == self.steps:
             self.checkpoints.save(state)
+
+    def stop_if_signalled(self, state, signum: int | None, run_dir: str | None) -> None:
+        """After a step: when this or any other process got SIGINT or SIGTERM (`signum`),
+        saves `state`, closes the directory and raises `Interrupted` (every process at the
+        same step)."""
+        signals = [s for s in distributed.gather_objects(signum) if s]
+        if signals:
+            self.checkpoints.save(state)
+            self.close()
+            raise Interrupted(signals[0], int(state.step), run_dir)
 
     def write(self, row: dict, records: Mapping[str, list[dict]] | None = None,
               **postfix: str) -> None:
@@ -691,7 +705,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         parser.error(str(e))
     compile_cache.enable()
-    train(config, cfg, params, tokenizer)
+    with exit_when_interrupted():
+        train(config, cfg, params, tokenizer)
+
+
+@contextlib.contextmanager
+def exit_when_interrupted() -> Iterator[None]:
+    """Turns `Interrupted` into its one-line message and exit code."""
+    try:
+        yield
+    except Interrupted as e:
+        print(e, file=sys.stderr)
+        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -205,33 +206,55 @@ def without_times(rows):  # wall-clock seconds are the one thing that may differ
              and not k.endswith("wall_s")} for row in rows]
 
 
+def _interrupt_when(process: subprocess.Popen, metrics: Path, lines: int, signum: int) -> str:
+    """Sends ``signum`` to the training process (and its workers) once ``metrics`` holds
+    ``lines`` lines, that is in the middle of the next step; its output once it exits."""
+    while process.poll() is None and not (
+            metrics.exists() and len(metrics.read_text().splitlines()) >= lines):
+        time.sleep(0.05)
+    os.killpg(process.pid, signum)
+    return process.communicate()[0].decode()
+
+
 @pytest.mark.slow
-def test_a_run_killed_and_resumed_is_bit_identical_to_an_uninterrupted_one(tmp_path):
-    """A training process SIGKILLed after its first step and resumed matches a run that never
+def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(tmp_path):
+    """A training process sent SIGTERM in the middle of step 1 finishes the step, saves it
+    (checkpoints are due only every 3 steps), says how to resume and exits with 143; resumed
+    from there,
+    and SIGKILLed in the middle of step 3, and resumed again, it matches a run that never
     stopped: same metrics, same params, same key and data position. prover+vict runs both
     ProVer's and VICT's host sides on top of GRPO's. (A random model wins no episode, so no
     group reaches ProVer's judge: the random draws are the rollouts'.)"""
-    args = [*KILL_ARGS, "--credit", "prover+vict"]
+    args = [*KILL_ARGS, "--credit", "prover+vict", "--steps", "4", "--checkpoint-every", "3"]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     main([*args, "--run-dir", str(whole)])
-    process = subprocess.Popen([sys.executable, "-m", "prover_jax.train", *args,
-                                "--run-dir", str(cut)], start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     metrics = cut / "metrics.jsonl"
-    while process.poll() is None and not (metrics.exists() and metrics.read_text()):
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)  # mid step 1, the pool's workers too
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
-    assert len(metrics.read_text().splitlines()) < 3
+
+    def started() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "prover_jax.train", *args, "--run-dir",
+                                 str(cut)], start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    process = started()
+    output = _interrupt_when(process, metrics, 1, signal.SIGTERM)
+    assert process.returncode == 128 + signal.SIGTERM, output[-2000:]
+    done = len(read_metrics(cut))  # 2, or 1 when the signal came before step 0's end
+    said = (f"stopped by SIGTERM after step {done - 1}: saved; resume it with the same "
+            f"command (--run-dir {cut})")
+    assert said in output and "Traceback" not in output
+    process = started()
+    output = _interrupt_when(process, metrics, 3, signal.SIGKILL)
+    assert process.returncode == -signal.SIGKILL, output[-2000:]
+    assert f"{done} of 4 steps done" in output  # the signal's checkpoint, not a due one
+    assert len(metrics.read_text().splitlines()) < 5
     main([*args, "--run-dir", str(cut)])
     assert without_times(read_metrics(cut)) == without_times(read_metrics(whole))
-    assert [row["step"] for row in read_metrics(cut)] == [0, 1, 2]
+    assert [row["step"] for row in read_metrics(cut)] == [0, 1, 2, 3]
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household")))
     cfg, _ = tiny_model(len(tokenizer))
     learner = Learner(cfg, TrainConfig().learner)
     states = [Checkpoints(run / "checkpoints").restore(learner.abstract_state())
               for run in (whole, cut)]
-    assert int(states[0].step) == int(states[1].step) == 3
+    assert int(states[0].step) == int(states[1].step) == 4
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
