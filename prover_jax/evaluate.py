@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import random
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -155,7 +156,8 @@ def markdown(results: dict[str, dict[str, float]]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="a run directory or a Hugging Face model folder")
-    parser.add_argument("--env", help="the environment (default: the run's, else household)")
+    parser.add_argument("--env", help="the environment (default: the one the model was "
+                        "trained on, else household)")
     parser.add_argument("--split")
     parser.add_argument("--tasks", type=int, default=EvalConfig.tasks)
     parser.add_argument("--samples", type=int, default=EvalConfig.samples,
@@ -173,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if (args.model is not None) == (args.expert or args.random):
             raise ValueError("give a model (a run directory or model folder) or --expert or "
                              "--random")
-        name = args.env or _run_env(args.model) or "household"
+        name, warning = chosen_env(args.model, args.env)
+        if warning:
+            print(warning, file=sys.stderr)
         env = envs.make(name)
         if args.expert and not env.has_expert:
             raise ValueError(f"{name} has no expert")
@@ -202,11 +206,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(markdown(results))
 
 
-def _run_env(path: str | None) -> str | None:
-    """The environment a run directory trained on, if `path` is one."""
-    if path is None or not runs.is_run(path):
-        return None
-    return json.loads((Path(path) / "config.json").read_text()).get("env")
+def chosen_env(model: str | None, env: str | None) -> tuple[str, str | None]:
+    """(the environment to evaluate `model` on, a warning or None): `env` when given (a warning
+    when the model was trained on another), else the one it was trained on, else household."""
+    trained = None if model is None else runs.trained_env(model)
+    name = env or trained or "household"
+    if trained and name != trained:
+        return name, f"warning: evaluating on {name}; {model} was trained on {trained}"
+    return name, None
 
 
 if __name__ == "__main__":

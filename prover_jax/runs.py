@@ -2,10 +2,12 @@
 
 A run directory of the trainer or of `prover_jax.sft` keeps the model it trains in ``model/``:
 the Hugging Face ``config.json`` and the tokenizer files (with the chat template), but no
-weights; those are in its checkpoints. `load` turns a run directory (its newest checkpoint) or
-a Hugging Face model folder into ``(cfg, params, tokenizer)``, so evaluation, a warm start
-(``--init``) and a user's own code read either the same way; `export` writes a run's model as
-such a folder (``python -m prover_jax.runs RUN_DIR FOLDER``).
+weights; those are in its checkpoints. `load` turns a run directory (its newest checkpoint, or
+the weights in ``model/`` of a run's record kept without checkpoints) or a Hugging Face model
+folder into ``(cfg, params, tokenizer)``, so evaluation, a warm start (``--init``) and a user's
+own code read either the same way; `export` writes a run's model as such a folder (``python -m
+prover_jax.runs RUN_DIR FOLDER``), with the run's environment in ``trained.json``, which
+`trained_env` reads.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from models import qwen
 from models.qwen.chat import load_tokenizer
 
 MODEL = "model"
+TRAINED = "trained.json"  # in an exported model folder: {"env": ...}
 
 
 def save_model(directory: str | Path, cfg: qwen.QwenConfig, tokenizer) -> None:
@@ -63,8 +66,22 @@ def load(path: str | Path):
     finally:
         checkpoints.close()
     if state is None:
+        if (path / MODEL / "model.safetensors").exists():  # a record: the weights kept there
+            return load(path / MODEL)
         raise FileNotFoundError(f"{path}: the run has no checkpoint yet")
     return cfg, state.params, load_tokenizer(path / MODEL)
+
+
+def trained_env(path: str | Path) -> str | None:
+    """The environment the model at `path` was trained on: a run directory's, the run's whose
+    ``model/`` folder `path` is, or an exported folder's (``trained.json``); None if unknown."""
+    path = Path(path)
+    for run in (path, path.parent):
+        if is_run(run) and (run == path or path.name == MODEL):
+            return json.loads((run / "config.json").read_text()).get("env")
+    if (path / TRAINED).exists():
+        return json.loads((path / TRAINED).read_text()).get("env")
+    return None
 
 
 def export(run_dir: str | Path, folder: str | Path) -> Path:
@@ -73,6 +90,7 @@ def export(run_dir: str | Path, folder: str | Path) -> Path:
     cfg, params, tokenizer = load(run_dir)
     qwen.save(folder, cfg, params)
     tokenizer.save_pretrained(folder)
+    (Path(folder) / TRAINED).write_text(json.dumps({"env": trained_env(run_dir)}) + "\n")
     return Path(folder)
 
 

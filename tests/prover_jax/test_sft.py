@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -101,6 +102,7 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     assert runs.is_run(tmp_path)
     runs.main([str(tmp_path), str(tmp_path / "exported")])  # the same model, as a model folder
     exported_cfg, exported, exported_tokenizer = runs.load(tmp_path / "exported")
+    assert runs.trained_env(tmp_path / "exported") == runs.trained_env(tmp_path / "model") == ENV
     assert exported_cfg == cfg and exported_tokenizer.get_vocab() == tokenizer.get_vocab()
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(exported),
                                                     jax.tree.leaves(loaded)))
@@ -123,3 +125,21 @@ def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_committed_sft_record_is_a_model_that_knows_its_environment():
+    """The record (config.json, metrics, weights in model/, no checkpoints) loads as a run
+    and as a model folder, and says it was trained on household-small, which `evaluate`
+    then picks, warning when told another."""
+    record = Path(__file__).resolve().parents[2] / "experiments/results/runs/sft"
+    as_run, as_folder = runs.load(record), runs.load(record / "model")
+    assert as_run[0] == as_folder[0]
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(as_run[1]),
+                                                    jax.tree.leaves(as_folder[1])))
+    assert runs.trained_env(record) == runs.trained_env(record / "model") == "household-small"
+    assert evaluate.chosen_env(str(record / "model"), None) == ("household-small", None)
+    name, warning = evaluate.chosen_env(str(record), "household")
+    assert name == "household" and warning == (
+        f"warning: evaluating on household; {record} was trained on household-small")
+    assert evaluate.chosen_env(None, None) == ("household", None)
+    assert runs.trained_env(record / "metrics.jsonl") is None
