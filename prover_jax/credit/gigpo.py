@@ -151,6 +151,25 @@ def gigpo(rewards: jax.Array, group_ids: jax.Array, anchor_ids: jax.Array,
                      0.0)
 
 
+def step_group_stats(anchor_ids: np.ndarray) -> dict[str, float]:
+    """A batch's step groups (turns that acted on the same anchor state).
+
+    Args:
+      anchor_ids: int [B, T], -1 on padding turns.
+
+    Returns:
+      ``anchor_states`` (step groups), ``step_group_size`` (mean turns per step group) and
+      ``shared_turns`` (the share of turns whose step group has another turn: only those can
+      get a non-zero step advantage).
+    """
+    real = anchor_ids[anchor_ids >= 0]
+    if real.size == 0:
+        return {"anchor_states": 0.0, "step_group_size": 0.0, "shared_turns": 0.0}
+    _, inverse, counts = np.unique(real, return_inverse=True, return_counts=True)
+    return {"anchor_states": float(counts.size), "step_group_size": float(real.size / counts.size),
+            "shared_turns": float(np.mean(counts[inverse] > 1))}
+
+
 def anchor_ids_from_observations(observations: Sequence[Sequence[str]],
                                  group_ids: Sequence[int], num_turns: int,
                                  similarity: float | None = None) -> np.ndarray:

@@ -143,7 +143,7 @@ def proposal_records(ctx: HostContext, result: Any) -> list[dict]:
 
 def gigpo_host(options: HostOptions, config: Any) -> HostSide:
     """GiGPO: anchor ids from the observation each turn acted on, per group."""
-    from prover_jax.credit.gigpo import anchor_ids_from_observations
+    from prover_jax.credit.gigpo import anchor_ids_from_observations, step_group_stats
 
     del config
 
@@ -155,9 +155,8 @@ def gigpo_host(options: HostOptions, config: Any) -> HostSide:
             group_ids[row] = g
         anchors = anchor_ids_from_observations(observations, group_ids, ctx.num_turns,
                                                options.anchor_similarity)
-        real = anchors[anchors >= 0]
         return HostOutput({"anchor_ids": anchors},
-                          {"gigpo/anchor_states": float(len(np.unique(real)))}, {})
+                          {f"gigpo/{k}": v for k, v in step_group_stats(anchors).items()}, {})
 
     return host
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prover_jax import credit
+from prover_jax.credit.gigpo import step_group_stats
 from tests import reference as ref
 from tests.conftest import batches
 
@@ -75,6 +76,10 @@ def test_anchor_ids_from_observations():
     assert similar.tolist() == [[0, 0], [1, -1]]
     with pytest.raises(ValueError, match="similarity"):
         credit.anchor_ids_from_observations(observations, [0, 0, 1], 4, similarity=1.0)
+    # step groups {0: 3 turns, 1, 2, 3}: 6 turns in 4 groups, 3 of them sharing one
+    assert step_group_stats(ids) == {"anchor_states": 4.0, "step_group_size": 1.5,
+                                     "shared_turns": 0.5}
+    assert step_group_stats(np.full((2, 3), -1))["anchor_states"] == 0.0
 
 
 def test_gigpo_unknown_anchor_is_a_singleton_step_group():
