@@ -489,7 +489,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                                        [group_rng(seed, g, "host") for g in mine], rows, turns,
                                        trees)))
             del policy  # its sampling copy of the weights
-            advantages = credit.compute(config.credit, batch, output.inputs, settings).tokens
+            credited = credit.compute(config.credit, batch, output.inputs, settings)
+            advantages = credited.tokens
             dropped = (None if method.dropped_tokens is None else
                        method.dropped_tokens(batch, output.inputs, settings, old))
             laps.lap("credit")
@@ -514,7 +515,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             row = distributed.mean_over_processes({
                 **step_metrics(episodes, metrics, output.diagnostics, laps.seconds),
                 **evaluation})
-            records = merged_records(output.records)
+            records = merged_records({**output.records,
+                                      "samples": sample_records(groups, credited.per_turn)})
             row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}
             run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                           step_s=f"{sum(laps.seconds.values()):.1f}")
@@ -638,6 +640,39 @@ def group_rng(seed: int, group: int, use: str) -> random.Random:
     ("rollout": its episodes; "host": its judge and continuations): the same whichever process
     holds the group."""
     return random.Random(f"{seed}/{use}/{group}")
+
+
+SAMPLES = 2  # episodes of the step's first group written to samples.jsonl: best and worst
+
+
+def sample_records(groups: Sequence[Sequence[Episode]], per_turn) -> list[dict]:
+    """The best and the worst episode of the first group as text, with each action's credit.
+
+    Args:
+      groups: the step's episodes, in the batch's row order.
+      per_turn: float [B, T] per-turn advantages of the batch's rows.
+
+    Returns:
+      One record per episode: task, member, reward, the first observation and per action its
+      text, whether it was valid, the observation after it and its credit.
+    """
+    if not groups or not groups[0]:
+        return []
+    credit_of = np.asarray(jax.device_get(per_turn))
+    first = groups[0]
+    order = sorted(range(len(first)), key=lambda m: first[m].reward)
+    records = []
+    for member in dict.fromkeys([order[-1], order[0]][:SAMPLES]):
+        episode = first[member]
+        records.append({
+            "task": f"{episode.task.env}/{episode.task.split}/{episode.task.index}",
+            "member": member, "reward": episode.reward,
+            "observation": episode.observations[0] if episode.observations else "",
+            "actions": [{"action": action.text, "valid": valid, "observation": after,
+                         "credit": float(credit_of[member, t])}
+                        for t, (action, valid, after) in enumerate(zip(
+                            episode.actions, episode.valid, episode.observations[1:]))]})
+    return records
 
 
 def merged_records(records: Mapping[str, list[dict]]) -> dict[str, list[dict]]:

@@ -61,6 +61,11 @@ def test_train_runs_and_resumes(tmp_path):
     assert set(k for k in row if k.startswith("time/")) == {
         "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s", "time/eval_s"}
     assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert 1 <= len(samples) <= 2 and samples[0]["step"] == 0
+    assert samples[0]["reward"] >= samples[-1]["reward"]  # the group's best, then its worst
+    assert len(samples[0]["actions"]) == 2 and samples[0]["observation"]
+    assert {"action", "valid", "observation", "credit"} == set(samples[0]["actions"][0])
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "credit-prover.png", "credit-vict.png", "eval.png", "time.png", "training.png"]
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
