@@ -594,8 +594,7 @@ class RunDirectory:
         self.board.flush()
         self.progress.update()
         self.progress.set_postfix(**postfix)
-        self.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in row.items()))
+        self.log(step_line(row, self.steps))
 
     def close(self) -> list[dict]:
         """Closes it, draws the plots if steps ran; the metrics of the steps that ran."""
@@ -640,6 +639,27 @@ def group_rng(seed: int, group: int, use: str) -> random.Random:
     ("rollout": its episodes; "host": its judge and continuations): the same whichever process
     holds the group."""
     return random.Random(f"{seed}/{use}/{group}")
+
+
+# A step's key figures in its log line (metrics.jsonl name -> label); the rest are in the file.
+KEY_FIGURES = {
+    "learner/loss": "loss", "sft/nll": "nll", "sft/heldout_nll": "held-out nll",
+    "credit/prover/eligible_groups": "eligible groups", "credit/prover/valid_proposals":
+    "verified", "credit/prover/accepted": "accepted", "credit/prover/mean_delta": "mean Δ",
+    "credit/prover/extra_env_steps_fraction": "extra env steps",
+    "credit/vict/abstained": "abstained", "credit/vict/trigger_rate": "rollouts corrected",
+    "credit/vict/sparsity": "actions corrected", "credit/gigpo/shared_turns": "shared turns",
+    "eval/greedy/success": "held-out success",
+}
+
+
+def step_line(row: Mapping[str, float], steps: int) -> str:
+    """A step's short log line: reward and success (RL), its key figures, its seconds."""
+    parts = [f"{label} {row[k]:.3f}" for k, label in (("reward/mean", "reward"),
+                                                       ("success/rate", "success")) if k in row]
+    parts += [f"{label} {row[k]:.3g}" for k, label in KEY_FIGURES.items() if k in row]
+    seconds = sum(v for k, v in row.items() if k.startswith("time/"))
+    return f"step {row['step'] + 1}/{steps}: " + ", ".join(parts) + f" | {seconds:.1f} s"
 
 
 SAMPLES = 2  # episodes of the step's first group written to samples.jsonl: best and worst

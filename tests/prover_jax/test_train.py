@@ -26,6 +26,7 @@ from prover_jax.train import (
     check_run_config,
     environment_texts,
     main,
+    step_line,
     task_split,
     tiny_model,
     tiny_tokenizer,
@@ -263,3 +264,13 @@ def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(
     assert int(states[0].step) == int(states[1].step) == 4
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_step_logs_one_short_line_of_its_key_figures():
+    row = {"step": 4, "reward/mean": 0.25, "success/rate": 0.25, "learner/loss": 0.0123,
+           "learner/grad_norm": 0.5, "credit/prover/accepted": 2.0, "credit/prover/judge_cost": 0.1,
+           "time/rollout_s": 3.0, "time/learner_s": 1.5}
+    assert step_line(row, 10) == ("step 5/10: reward 0.250, success 0.250, loss 0.0123, "
+                                  "accepted 2 | 4.5 s")
+    assert step_line({"step": 0, "sft/nll": 2.5, "time/learner_s": 1.0}, 3) == (
+        "step 1/3: nll 2.5 | 1.0 s")

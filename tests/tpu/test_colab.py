@@ -55,6 +55,6 @@ def test_notebook_trains_prover_and_vict_from_the_sft_agent(tmp_path, monkeypatc
         assert len(rows) == 1 and "eval/greedy/success" in rows[0]
         assert all(name in rows[0] for name in names), sorted(rows[0])
         assert f"{credit}: 1 steps" in text
-    assert text.count("  step 0: reward") == 2 and "mean Δ" in text and "actions corrected" in text
+    assert text.count("step 1/1: reward") == 2 and "mean Δ" in text and "actions corrected" in text
     # The methods' comparison, then each run's training, eval, credit and time plots.
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 1 + 2 * 4
