@@ -59,9 +59,10 @@ ARMS: dict[str, list[str]] = {
 BUDGET_OF = {"grpo-budget-matched": "prover"}  # arm -> the arm whose cost it matches
 SEEDS = (0, 1, 2)
 SUCCESS = "eval/greedy/success"
-SMOKE_SFT = ["steps=2", "demonstrations=4", "heldout=2", "batch_size=2", "eval_every=0",
-             "evaluation.tasks=2", "tiny.vocab_size=256", "tiny.hidden_size=32", "tiny.layers=1",
-             "tiny.intermediate_size=64", "tiny.head_dim=8", "tiny.tokenizer_episodes=5"]
+SMOKE_SFT = ["steps=2", "learner.optimizer.warmup_steps=1", "demonstrations=4", "heldout=2",
+             "batch_size=2", "eval_every=0", "evaluation.tasks=2", "tiny.vocab_size=256",
+             "tiny.hidden_size=32", "tiny.layers=1", "tiny.intermediate_size=64", "tiny.head_dim=8",
+             "tiny.tokenizer_episodes=5"]
 SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=1",
             "evaluation.tasks=2", "evaluation.samples=0", "sampling.max_new_tokens=4",
             "host.continuations=1"]

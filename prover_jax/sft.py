@@ -54,6 +54,7 @@ from prover_jax.train import (
     Laps,
     RunDirectory,
     TinyModel,
+    check_warmup,
     exit_when_interrupted,
     initial_model,
     run_or_temporary,
@@ -102,6 +103,7 @@ class SftConfig:
                              "checkpoint_every must be >= 1, eval_every >= 0")
         if not 0.0 <= self.noise < 1.0:
             raise ValueError(f"noise must be in [0, 1), got {self.noise}")
+        check_warmup(self.steps, self.learner)
 
 
 @dataclasses.dataclass(frozen=True)

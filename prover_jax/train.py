@@ -128,6 +128,7 @@ class TrainConfig:
                self.checkpoint_every) < 1 or self.eval_every < 0:
             raise ValueError("steps, groups, group_size, workers and checkpoint_every must be "
                              ">= 1, eval_every >= 0")
+        check_warmup(self.steps, self.learner)
         s = self.sampling
         if (s.temperature, s.top_k, s.top_p) != (1.0, 0, 1.0):
             raise ValueError("the learner scores tokens under the model's plain softmax, so the "
@@ -319,6 +320,15 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
     with (run_or_temporary(config.run_dir, "run-", log) as directory,
           local_judge(config.host, log) as host_options):
         return _train(config, host_options, env, tasks, cfg, params, tokenizer, directory, log)
+
+
+def check_warmup(steps: int, learner: LearnerConfig) -> None:
+    """Raises ValueError when the learning rate's warmup is not shorter than the run."""
+    warmup = learner.optimizer.warmup_steps
+    if warmup and warmup >= steps:
+        raise ValueError(f"learner.optimizer.warmup_steps={warmup} is not shorter than the run "
+                         f"(steps={steps}): the learning rate would never reach its peak; set "
+                         "learner.optimizer.warmup_steps below steps")
 
 
 def check_verifier(env: envs.Env, task: envs.Task, credit_name: str) -> None:

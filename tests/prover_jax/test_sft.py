@@ -118,6 +118,7 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     (["--noise", "1.5"], "noise must be in [0, 1)"), (["--steps", "0"], ">= 1"),
     (["--init", "/nonexistent"], "neither a run directory"),
     (["--set", "reply=json"], "reply: 'json' is not one of"),
+    (["--steps", "4"], "warmup_steps=20 is not shorter than the run (steps=4)"),
 ])
 def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     from prover_jax.sft import main
