@@ -375,7 +375,10 @@ def run_or_temporary(run_dir: str | None, prefix: str, log) -> Iterator[Path]:
 
 
 # What a resumed run may change: the mesh too, so a run moves between machines.
-RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model")
+# Settings a resume may change: they change neither the updates nor the random draws (an
+# episode plays the same whichever worker runs it); a trailing "." covers a whole section.
+RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model",
+                     "checkpoint_every", "eval_every", "evaluation.", "workers")
 
 
 def check_run_config(directory: Path, config: TrainConfig) -> None:
@@ -386,13 +389,18 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
         stored = flatten(json.loads(path.read_text()))
         ours = flatten(without_secrets(to_dict(config)))
         differing = sorted(k for k in set(stored) | set(ours)
-                           if k not in RESUMABLE_CHANGES and stored.get(k) != ours.get(k))
+                           if not resumable(k) and stored.get(k) != ours.get(k))
         if differing:
             details = ", ".join(f"{k}: {stored.get(k)!r} -> {ours.get(k)!r}"
                                 for k in differing[:5])
             raise ValueError(f"{directory} holds a run with another config ({details}); "
                              "nothing was changed: resume with the same config or use another "
                              "run directory")
+
+
+def resumable(key: str) -> bool:
+    """Whether the dotted setting ``key`` may change when a run resumes."""
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_CHANGES)
 
 
 def write_run_config(directory: Path, config: TrainConfig) -> None:

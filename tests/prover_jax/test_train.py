@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -171,6 +172,9 @@ def test_a_run_directory_never_holds_an_api_key(tmp_path):
     assert secret not in written and json.loads(written)["host"]["judge_config"] == {
         "api_key": "<redacted>"}
     check_run_config(tmp_path, config)  # the same run resumes, whatever its key now
+    check_run_config(tmp_path, dataclasses.replace(  # and with what does not change the math
+        config, steps=9, checkpoint_every=3, eval_every=2, workers=4,
+        evaluation=dataclasses.replace(config.evaluation, tasks=7)))
     check_run_config(tmp_path, TrainConfig(host=HostOptions(
         judge="agentic", judge_config={"api_key": "another"},
         critic_config={"api_key": "another", "model": "m"})))
