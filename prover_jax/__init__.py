@@ -4,6 +4,12 @@
 kernels and the credit-method registry.
 """
 
+import os
+
+# transformers advises at import that PyTorch is missing, which is how this package runs: only
+# its tokenizers and configs are used. Its real warnings stay on.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
 from prover_jax import credit
 from prover_jax.batch import (
     Batch,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import warnings
 from pathlib import Path
@@ -35,6 +36,15 @@ from prover_jax.learner.step import TrainState
 
 CHECKSUMS = "checksums.json"
 QUARANTINE = "corrupt"
+
+
+def without_missing_metadata(record: logging.LogRecord) -> bool:
+    """False for orbax's notice that a step has no ``_CHECKPOINT_METADATA`` file (steps are
+    checked by their `CHECKSUMS` here), which it logs on every restore; True otherwise."""
+    return not str(record.msg).startswith("Metadata file does not exist")
+
+
+logging.getLogger("absl").addFilter(without_missing_metadata)
 
 
 def _as_dict(state: TrainState) -> dict:
