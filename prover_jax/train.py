@@ -569,6 +569,9 @@ class RunDirectory:
             log(f"nothing to do: {directory} holds step {done} of {config.steps}")
         elif restored is not None:
             log(f"resumed from {directory}: {done} of {config.steps} steps done")
+        if done < config.steps:
+            log(f"step {done + 1}/{config.steps}: compiling the programs first (a minute or more "
+                "on a CPU; cached for the next run)")
         for path in directory.glob("*.jsonl") if self.main else ():
             keep_steps_before(path, done)
         self.directory, self.log, self.history = directory, log, []

@@ -82,6 +82,7 @@ def test_train_runs_and_resumes(tmp_path):
                  log=lines.append)
     assert [row["step"] for row in more] == [1]
     assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
+    assert lines[1].startswith("step 2/2: compiling the programs first")
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert logged == json.loads(json.dumps(first + more))
     assert [json.loads(line)["step"] for line in proofs.read_text().splitlines()] == [0]
