@@ -95,6 +95,14 @@ def _strings(values: Any, request: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _step_reply(reply: Any, observation_key: str,
+                actions: tuple[str, ...] | None = None) -> Reply:
+    """A step reply's observation (under ``observation_key``), reward and done, checked."""
+    return Reply(field(reply, observation_key, str, "POST /step"),
+                 float(field(reply, "reward", (int, float), "POST /step")),
+                 bool(field(reply, "done", bool, "POST /step")), actions)
+
+
 class Alfworld(Protocol):
     name = "alfworld"
     ranges: ClassVar = {"train": (0, 2420), "eval": (2420, 2620)}
@@ -111,11 +119,8 @@ class Alfworld(Protocol):
 
     def step(self, server, env, action):
         reply = server.post("step", {"id": env, "action": action})
-        return Reply(field(reply, "observation", str, "POST /step"),
-                     float(field(reply, "reward", (int, float), "POST /step")),
-                     bool(field(reply, "done", bool, "POST /step")),
-                     _strings(field(reply, "available_actions", list, "POST /step"),
-                              "POST /step"))
+        actions = _strings(field(reply, "available_actions", list, "POST /step"), "POST /step")
+        return _step_reply(reply, "observation", actions)
 
     def actions(self, server, env):
         return _strings(server.get("available_actions", id=env), "GET /available_actions")
@@ -139,10 +144,7 @@ class Webshop(Protocol):
         return Reply(reply[0])
 
     def step(self, server, env, action):
-        reply = server.post("step", {"env_idx": env, "action": action})
-        return Reply(field(reply, "state", str, "POST /step"),
-                     float(field(reply, "reward", (int, float), "POST /step")),
-                     bool(field(reply, "done", bool, "POST /step")))
+        return _step_reply(server.post("step", {"env_idx": env, "action": action}), "state")
 
     def actions(self, server, env):
         reply = server.get("available_actions", env_idx=env)
@@ -177,10 +179,8 @@ class Searchqa(Protocol):
         return Reply(_of(server.post("reset", {"env_idx": env, "id": item}), str, "POST /reset"))
 
     def step(self, server, env, action):
-        reply = server.post("step", {"env_idx": env, "action": action})
-        return Reply(field(reply, "observation", str, "POST /step"),
-                     float(field(reply, "reward", (int, float), "POST /step")),
-                     bool(field(reply, "done", bool, "POST /step")))
+        return _step_reply(server.post("step", {"env_idx": env, "action": action}),
+                           "observation")
 
     def close(self, server, env):
         server.post("close", {"env_idx": env})
