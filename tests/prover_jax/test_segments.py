@@ -35,8 +35,9 @@ def test_sort_order_is_lexicographic_and_stable(a, b):
     assert order.tolist() == sorted(range(N), key=lambda i: (a[i], b[i], i))
 
 
+# XLA on CPU flushes subnormal floats to zero, so the kernel sees 3e-44 as 0 and numpy does not
 @given(st.lists(st.integers(0, 4), min_size=N, max_size=N),
-       st.lists(st.floats(-5, 5, width=32), min_size=N, max_size=N),
+       st.lists(st.floats(-5, 5, width=32, allow_subnormal=False), min_size=N, max_size=N),
        st.lists(st.integers(1, 3), min_size=N, max_size=N))
 def test_segment_stats_match_weighted_numpy(segments, values, weights):
     ids = np.array(segments, np.int32)
