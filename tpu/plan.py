@@ -216,13 +216,20 @@ def cache_slots(work: Workload) -> int:
     return work.prompt + work.turn_tokens + work.response
 
 
-def cache_row_bytes(cfg: QwenConfig, work: Workload, model: int) -> float:
+def slot_bytes(cfg: QwenConfig, work: Workload, model: int) -> float:
+    """One slot of one full-attention layer of a row of the sampler's cache (keys and values),
+    on one device of a `model`-way split."""
+    return 2 * _split(cfg.num_kv_heads, model) * cfg.head_dim * DTYPE_BYTES[work.sampler_dtype]
+
+
+def cache_row_bytes(cfg: QwenConfig, work: Workload, model: int, slots: int | None = None
+                    ) -> float:
     """One row of the sampler's cache, on one device of a `model`-way split: keys and values
-    of every slot (`cache_slots`), or a Gated DeltaNet layer's float32 state and conv
-    history."""
+    of every slot (`slots`, by default `cache_slots`), or a Gated DeltaNet layer's float32
+    state and conv history."""
     sb = DTYPE_BYTES[work.sampler_dtype]
-    kv = _split(cfg.num_kv_heads, model)
-    attention = cfg.num_full * 2 * kv * cache_slots(work) * cfg.head_dim * sb
+    slots = cache_slots(work) if slots is None else slots
+    attention = cfg.num_full * slots * slot_bytes(cfg, work, model)
     linear = 0.0
     if cfg.num_linear:
         heads = _split(cfg.linear_num_value_heads, model)
@@ -240,38 +247,71 @@ def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts
 
 
 def _layer_bytes(cfg: QwenConfig, work: Workload, rows: float, tokens: int, model: int,
-                 scores: bool = True) -> float:
-    """The largest sampler layer's temporaries for `rows` x `tokens` new tokens reading the
-    cache: its internals, and (`scores`) one query block's float32 scores, their exponentials
-    and probabilities."""
+                 slots: int, score_copies: int) -> float:
+    """The largest sampler layer's temporaries for `rows` x `tokens` new tokens reading
+    `slots` slots: its internals, and `score_copies` float32 arrays of one query block's
+    scores (the scores, their exponentials and probabilities, and the compiler's copies)."""
     block = min(tokens, ATTENTION_BLOCK)
-    scores = 3 * rows * _split(cfg.num_heads, model) * block * cache_slots(work) * 4 * scores
+    scores = score_copies * rows * _split(cfg.num_heads, model) * block * slots * 4
     per_token = token_bytes(cfg, model, work.sampler_dtype)
     return max(rows * tokens * size + (scores if kind == FULL else 0.0)
                for kind, size in per_token.items())
+
+
+def relaid_bytes(cfg: QwenConfig, work: Workload, model: int) -> float:
+    """The projections whose outputs split into heads (attention's q, output gate, k and v;
+    the Gated DeltaNet's z), every layer, on one device of a `model`-way split: the TPU
+    compiler lays them out anew for a turn's decoding."""
+    heads, kv = _split(cfg.num_heads, model), _split(cfg.num_kv_heads, model)
+    gate = heads if cfg.attn_output_gate else 0
+    full = cfg.num_full * (heads + gate + 2 * kv) * cfg.head_dim
+    linear = cfg.num_linear * _split(cfg.linear_num_value_heads, model) * (
+        cfg.linear_value_head_dim if cfg.num_linear else 0)
+    return cfg.hidden_size * (full + linear) * DTYPE_BYTES[work.sampler_dtype]
+
+
+def tile_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int]) -> float:
+    """Two tiles of layers (`QwenConfig.pattern`) of the sampler's weights, one device: the
+    TPU compiler fetches the next tile's weights while a tile runs, into buffers of their
+    own."""
+    description = qwen.describe(cfg)
+    embedding = _shard_elements(description["embed"], SAMPLER_RULES, sizes)
+    head = 0 if cfg.tie_word_embeddings else _shard_elements(description["lm_head"],
+                                                             SAMPLER_RULES, sizes)
+    layers = param_elements(cfg, SAMPLER_RULES, sizes) - embedding - head
+    return 2 * layers / cfg.num_layers * len(cfg.pattern) * DTYPE_BYTES[work.sampler_dtype]
 
 
 def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int],
                              hosts: int = 1) -> float:
     """The sampler's temporaries, one device: the larger of its two programs'.
 
-    - The prefill of the groups' shared prompts (`kv_cache.prefill_rows`): a fresh cache for
-      the prompts, whole on every device (the rows are gathered out of it), the rows copied
-      out of it (a cache's worth), one layer's temporaries for the prompts.
-    - A turn (`sampler.compiled_generate`): a copy of the cache the decode loop carries, one
-      layer's internals for the turn's new tokens (the compiler keeps next to nothing of a
-      short query block's scores: it fuses their softmax), and the sampling's float32 logits
-      (the logits, their sort, cumulative sum and probabilities, about 5 [B, V]).
+    - The prefill of the groups' shared prompts (`kv_cache.prefill_rows`): a fresh cache of
+      the prompts' slots for this device's prompts (all of them where they do not divide over
+      the batch shards), the weights the compiler lays out anew or fetches ahead (as in a
+      turn, below), one layer's internals for the prompts reading their own slots with five
+      float32 arrays of a query block's scores (the TPU compiler's count), and one
+      full-attention layer's prompt slots gathered whole and copied into every row, layer by
+      layer, in place.
+    - A turn (`sampler.compiled_generate`): a copy of the cache the decode loop carries (in
+      the layout the TPU compiler picks for it), the projections it lays out anew
+      (`relaid_bytes`), the weights of the tile running and the next (`tile_bytes`), one layer's
+      internals for the turn's new tokens with one float32 copy of a query block's scores
+      (their softmax is fused), and the sampling's float32 logits (the logits, their sort,
+      cumulative sum and probabilities, about 5 [B, V]).
     """
     rows, sizes = sampler_view(work, sizes, hosts)
     model = sizes["model"]
     shards = math.prod(sizes[a] for a in BATCH_AXES)
     prompts = max(1, work.sampler_rows // hosts // work.group_size)
     split = prompts / shards if prompts % shards == 0 else prompts
-    row = cache_row_bytes(cfg, work, model)
-    prefill = (prompts + rows) * row + _layer_bytes(cfg, work, split, work.prompt, model)
+    weights = relaid_bytes(cfg, work, model) + tile_bytes(cfg, work, sizes)
+    prefill = (split * cache_row_bytes(cfg, work, model, work.prompt)
+               + (prompts + rows) * work.prompt * slot_bytes(cfg, work, model) + weights
+               + _layer_bytes(cfg, work, split, work.prompt, model, work.prompt, 5))
     logits = 5 * rows * _split(cfg.vocab_size, model) * 4
-    turn = (rows * row + _layer_bytes(cfg, work, rows, work.turn_tokens, model, scores=False)
+    turn = (rows * cache_row_bytes(cfg, work, model) + weights
+            + _layer_bytes(cfg, work, rows, work.turn_tokens, model, cache_slots(work), 1)
             + logits)
     return max(prefill, turn)
 

@@ -91,10 +91,17 @@ def grow(cache: Cache, slots: int) -> Cache:
     return cache._replace(valid=jnp.pad(cache.valid, ((0, 0), (0, more))))
 
 
-def _copy_rows(into: Cache, source: Cache, sources: jax.Array) -> Cache:
-    """`into` with row b replaced by `source`'s row sources[b] wherever sources[b] >= 0."""
+def _write_rows(into: Cache, source: Cache, sources: jax.Array) -> Cache:
+    """`into` with row b's slots `length .. length + P - 1` and recurrent state replaced by
+    `source`'s row sources[b] (slots 0 .. P - 1) wherever sources[b] >= 0, in place (the other
+    rows' slots there are invalid, and stay so)."""
     take = jnp.maximum(sources, 0)
     copy = sources >= 0
+    start = into.length
+
+    def write(ours, theirs, batch_axis, slots):
+        return jax.lax.dynamic_update_slice_in_dim(
+            ours, jnp.take(theirs, take, axis=batch_axis), start, axis=slots)
 
     def pick(ours, theirs, batch_axis):
         shape = [1] * ours.ndim
@@ -102,11 +109,17 @@ def _copy_rows(into: Cache, source: Cache, sources: jax.Array) -> Cache:
         return jnp.where(copy.reshape(shape), jnp.take(theirs, take, axis=batch_axis), ours)
 
     if isinstance(into.k, tuple):
-        k = tuple(pick(a, b, 0) for a, b in zip(into.k, source.k))
-        v = tuple(pick(a, b, 0) for a, b in zip(into.v, source.v))
-    else:
-        k, v = pick(into.k, source.k, 1), pick(into.v, source.v, 1)
-    return Cache(k, v, pick(into.valid, source.valid, 0), source.length,
+        k = tuple(write(a, b, 0, 2) for a, b in zip(into.k, source.k))
+        v = tuple(write(a, b, 0, 2) for a, b in zip(into.v, source.v))
+    else:  # layer by layer, so one layer's rows are gathered at a time
+        def layer(i, kv):
+            return tuple(jax.lax.dynamic_update_index_in_dim(
+                ours, write(ours[i], theirs[i], 0, 2), i, axis=0)
+                for ours, theirs in zip(kv, (source.k, source.v)))
+        k, v = jax.lax.fori_loop(0, into.k.shape[0], layer, (into.k, into.v))
+    valid = jax.lax.dynamic_update_slice_in_dim(
+        into.valid, jnp.take(source.valid, take, axis=0) & copy[:, None], start, axis=1)
+    return Cache(k, v, valid, into.length + source.valid.shape[1],
                  pick(into.history, source.history, 1), pick(into.state, source.state, 1))
 
 
@@ -115,8 +128,10 @@ def prefill_rows(params, cfg: QwenConfig, cache: Cache, tokens: jax.Array,
                  positions: jax.Array, sources: jax.Array) -> Cache:
     """Prefills U distinct sequences and copies each into the rows that share it.
 
-    The U sequences run as their own small batch over a fresh cache at the same slots, so rows
-    that are not prefilled cost nothing; their slots `length .. length + P - 1` stay invalid.
+    The U sequences run as their own small batch over a fresh cache of P slots, so rows that
+    are not prefilled cost nothing, and attention reads the P new slots only (a receiving row
+    is empty). Their slots are then written into the rows at `length .. length + P - 1`, in
+    place; the other rows' slots there stay invalid.
 
     Args:
       params, cfg: the model (params as `sampler.sampling_params` lays them out).
@@ -129,10 +144,8 @@ def prefill_rows(params, cfg: QwenConfig, cache: Cache, tokens: jax.Array,
     Returns:
       The cache with `length` advanced by P.
     """
-    slots = cache.valid.shape[1]
-    fresh = init_cache(cfg, tokens.shape[0], slots, cache.history.dtype)
+    fresh = init_cache(cfg, tokens.shape[0], tokens.shape[1], cache.history.dtype)
     if isinstance(cache.k, tuple):
         fresh = fresh._replace(k=tuple(fresh.k), v=tuple(fresh.v))
-    fresh = fresh._replace(length=cache.length)
     _, written = forward(params, cfg, tokens, positions, fresh, last_only=True, hidden_only=True)
-    return _copy_rows(cache, written, sources)
+    return _write_rows(cache, written, sources)

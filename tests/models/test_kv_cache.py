@@ -32,9 +32,9 @@ def left_padded(sequences: list[list[int]], starts: list[int], width: int):
 class Rows:
     """A cache over ROWS conversations, with the token sequence each row should hold."""
 
-    def __init__(self, params, cfg, slots: int):
+    def __init__(self, params, cfg, slots: int, platform: str | None = None):
         self.params, self.cfg = sampling_params(params, cfg), cfg
-        self.cache = kv_cache.empty(cfg, ROWS, slots)
+        self.cache = kv_cache.empty(cfg, ROWS, slots, platform=platform)
         self.held: list[list[int]] = [[] for _ in range(ROWS)]
 
     def write(self, new: list[list[int]], width: int) -> jax.Array:
@@ -67,10 +67,11 @@ def random_ids(rng, cfg, n: int) -> list[int]:
     return rng.integers(1, cfg.vocab_size, n).tolist()
 
 
-def test_housekeeping_keeps_every_row_its_own_sequence(tiny):  # noqa: F811
+@pytest.mark.parametrize("layout", ["cpu", "tpu"])  # per-layer arrays; stacked layers
+def test_housekeeping_keeps_every_row_its_own_sequence(tiny, layout):  # noqa: F811
     _, cfg, params = tiny
     rng = np.random.default_rng(0)
-    rows = Rows(params, cfg, slots=64)
+    rows = Rows(params, cfg, slots=64, platform=layout)
     rows.write([random_ids(rng, cfg, n) for n in (5, 2, 7)], 8)  # left padding
     rows.write([random_ids(rng, cfg, 3), [], random_ids(rng, cfg, 1)], 4)  # row 1 idle
     rows.assert_rows_are_their_sequences(rng)

@@ -137,11 +137,12 @@ def test_every_program_compiles_with_the_planned_shardings(report):
     assert learner.alias > 0.9 * report.state  # the state is donated and updated in place
 
 
-# Models this small keep less than the plan's per-token internals and cache copies (the
-# compiler fuses them away at these sizes): the plan is conservative here by up to ~3x. The
+# Models this small keep less than the plan's per-token internals, score copies and cache
+# copies (the compiler fuses them away at these sizes): the plan is conservative here by up
+# to ~4x. The
 # papers' scale is held to `plan.BAND` against the TPU compiler's recorded numbers
 # (tests/tpu/test_plan.py::test_the_plan_is_within_its_band_of_the_tpu_compiler).
-SMALL_MODEL_BAND = 3.5
+SMALL_MODEL_BAND = 4.0
 
 
 def test_memory_within_the_plans_band(report):
