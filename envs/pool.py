@@ -25,6 +25,8 @@ keep their snapshots, every worker's reply is read, and then the first error is 
 
 Workers start with the ``spawn`` method by default (safe when the parent runs JAX threads) and
 exit when the parent closes the pool or dies (their pipe closes), so no process is orphaned.
+They start with ``JAX_PLATFORMS=cpu``: environments need no accelerator, and a worker that
+imported JAX on a TPU VM would otherwise try to open the TPU the trainer holds.
 Under ``spawn`` every worker imports the main module again: a script that creates a pool must do
 so under ``if __name__ == "__main__":``.
 """
@@ -49,6 +51,7 @@ from envs.base import Env, Step, Task, make
 
 QUERIES = ("admissible", "expert_action", "instruction")
 _WORKER_NAME = "EnvPool-worker-"
+_WORKER_ENVIRONMENT = {"JAX_PLATFORMS": "cpu"}
 
 
 def _start_error_path(process_name: str) -> str:
@@ -81,6 +84,21 @@ def _record_start_errors() -> None:
 
 
 _record_start_errors()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """``os.environ`` with `values` set (what a process started now inherits), then restored."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +296,8 @@ class EnvPool:
         name = f"{_WORKER_NAME}{os.getpid()}-{uuid.uuid4().hex}"
         process = self._context.Process(target=_serve, name=name, daemon=True,
                                         args=(child, self._factory, tuple(self._slots_of(w))))
-        process.start()
+        with _environment(_WORKER_ENVIRONMENT):
+            process.start()
         child.close()
         return _Worker(process, parent)
 

@@ -21,24 +21,17 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
-import bm25s
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN
 
+from envs.bm25 import bm25s, stopwords
 from envs.searchqa.format import exact_match
 
-# bm25s sets its own logger to DEBUG on import, so every index build would print a line once
-# anything configures logging; its messages are warnings and above again.
-logging.getLogger("bm25s").setLevel(logging.WARNING)
-
 _WORD = re.compile(r"(?u)\b\w\w+\b")
-_STOPWORDS = frozenset(STOPWORDS_EN)
 
 
 class Passage(NamedTuple):
@@ -84,7 +77,8 @@ class Retriever(Protocol):
 
 def tokenize(text: str) -> list[str]:
     """BM25 terms of ``text``: lowercase words of ≥ 2 characters, English stopwords removed."""
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    words = stopwords()
+    return [w for w in _WORD.findall(text.lower()) if w not in words]
 
 
 class BM25Retriever:
@@ -94,7 +88,7 @@ class BM25Retriever:
         if not passages:
             raise ValueError("BM25Retriever: the corpus is empty")
         self.passages = tuple(passages)
-        self._bm25 = bm25s.BM25()
+        self._bm25 = bm25s().BM25()
         self._bm25.index([tokenize(f"{p.title}\n{p.text}") for p in self.passages],
                          show_progress=False)
 

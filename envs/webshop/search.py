@@ -13,25 +13,25 @@ import functools
 import re
 from collections.abc import Sequence
 
-import bm25s
 import numpy as np
-from bm25s.stopwords import STOPWORDS_EN
+
+from envs.bm25 import bm25s, stopwords
 
 TOP_N = 50
 _TOKEN = re.compile(r"[a-z0-9]+")
-_STOPWORDS = frozenset(STOPWORDS_EN)
 
 
 def tokenize(text: str) -> list[str]:
     """Lower-case alphanumeric runs of ``text`` without English stop words."""
-    return [t for t in _TOKEN.findall(text.lower()) if t not in _STOPWORDS]
+    words = stopwords()
+    return [t for t in _TOKEN.findall(text.lower()) if t not in words]
 
 
 class SearchIndex:
     """A BM25 index over documents ``0 .. n-1``; :meth:`search` returns document indices."""
 
     def __init__(self, documents: Sequence[str], cache_size: int = 1 << 14):
-        self._bm25 = bm25s.BM25()
+        self._bm25 = bm25s().BM25()
         self._bm25.index([tokenize(d) for d in documents], show_progress=False)
         self._vocab: dict[str, int] = self._bm25.vocab_dict
         self._cached = functools.lru_cache(maxsize=cache_size)(self._rank)

@@ -70,3 +70,8 @@ def wait_for(path: Path, seconds: float = 120.0) -> None:
 def broken_factory():
     """A factory whose environment cannot be built."""
     raise RuntimeError("this environment cannot be built")
+
+
+def platforms_factory():
+    """A factory that fails with the ``JAX_PLATFORMS`` its worker was started with."""
+    raise RuntimeError(f"worker JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS')}")

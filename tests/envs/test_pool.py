@@ -20,6 +20,7 @@ from tests.envs.controlled_env import (
     SLOW_START,
     Controlled,
     broken_factory,
+    platforms_factory,
     wait_for,
 )
 
@@ -154,6 +155,19 @@ def test_a_factory_that_raises_is_a_start_error_with_its_traceback():
             with pytest.raises(WorkerStartError, match="cannot be built"):
                 pool.reset([0], TASKS[:1])
         assert pool.restarts == 0
+
+
+def test_workers_start_on_the_cpu_platform_and_the_parent_keeps_its_own(monkeypatch):
+    """A worker on a TPU VM must not open the TPU the trainer holds."""
+    for parent in ("tpu,cpu", None):
+        if parent is None:
+            monkeypatch.delenv("JAX_PLATFORMS")
+        else:
+            monkeypatch.setenv("JAX_PLATFORMS", parent)
+        with EnvPool(platforms_factory, 1, num_workers=1, timeout=None) as pool:
+            with pytest.raises(WorkerStartError, match="worker JAX_PLATFORMS=cpu"):
+                pool.reset([0], TASKS[:1])
+        assert os.environ.get("JAX_PLATFORMS") == parent
 
 
 def test_one_slots_error_leaves_the_other_slots_done_and_the_pipes_in_step():

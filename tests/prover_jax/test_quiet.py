@@ -29,3 +29,24 @@ def test_transformers_advice_about_a_missing_pytorch_is_not_printed():
         return run.stderr.count("PyTorch was not found")
 
     assert notices("transformers") == 1 and notices("package") == 0
+
+
+IMPORTS_THEN_BACKEND = """
+import bm25s
+from jax._src import xla_bridge
+started = xla_bridge.backends_are_initialized()
+import prover_jax.train, envs.webshop, envs.searchqa, envs.searchqa.retrieval
+print(started, xla_bridge.backends_are_initialized())
+"""
+
+
+def test_importing_the_trainer_and_environments_starts_no_jax_backend():
+    """So a script may import the package, then call ``jax.distributed.initialize`` (which
+    must come first on a pod): ``bm25s`` runs JAX at its import, and is imported lazily."""
+    script = IMPORTS_THEN_BACKEND.replace("import bm25s\n", "")
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.split() == ["False", "False"]
+    eager = subprocess.run([sys.executable, "-c", IMPORTS_THEN_BACKEND], cwd=ROOT,
+                           capture_output=True, text=True, check=True)
+    assert eager.stdout.split()[0] == "True"  # what an import at the top would do
