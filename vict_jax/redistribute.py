@@ -105,7 +105,9 @@ def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
       min_supported: fewer supported rollouts of an atom in a group give 0 (`too_few`).
 
     Returns:
-      Normalised, values 0 wherever the rollout is not supported or the atom abstains.
+      Normalised, values 0 wherever the rollout is not supported or the atom abstains;
+      non-finite for a non-finite marginal, and across its (group, atom) where it makes the
+      scale non-finite.
     """
     check_arrays({
         "marginals": (marginals, "b m", "f"), "eligible": (eligible, "b m", "b"),
@@ -124,7 +126,7 @@ def normalise(marginals: jax.Array, eligible: jax.Array, omega: jax.Array,
         median = jnp.zeros_like(marginals)
         scale = segment_median(jnp.abs(marginals), ids, supported)
     enough = count >= min_supported
-    usable = supported & enough & (scale > 0)
+    usable = supported & enough & ~(scale <= 0)  # a non-finite marginal's NaN scale stays
     values = jnp.where(usable, (marginals - median) / (scale + eps), 0.0)
     too_few = (marginals != 0) & row_valid[:, None] & ~enough
     zero_scale = supported & enough & (scale <= 0)

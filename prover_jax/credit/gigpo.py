@@ -45,6 +45,9 @@ def discounted_returns(step_rewards: jax.Array, turn_valid: jax.Array,
                        gamma: float | jax.Array) -> jax.Array:
     """`R[b, t] = sum_{s >= t} gamma^(s - t) r[b, s]` over valid turns, as one matmul.
 
+    A non-finite reward reaches the returns of its own and earlier turns only (a matmul would
+    spread it through the zeros of the discount matrix to every turn of the row).
+
     Args:
       step_rewards: float32 [B, T].
       turn_valid: bool [B, T].
@@ -57,8 +60,11 @@ def discounted_returns(step_rewards: jax.Array, turn_valid: jax.Array,
     lag = t[None, :] - t[:, None]  # [t, s] -> s - t
     discount = jnp.where(lag >= 0, jnp.asarray(gamma, jnp.float32) ** jnp.maximum(lag, 0), 0.0)
     rewards = jnp.where(turn_valid, step_rewards, 0.0)
-    returns = jnp.einsum("bs,ts->bt", rewards, discount, precision=jax.lax.Precision.HIGHEST)
-    return jnp.where(turn_valid, returns, 0.0)
+    finite = jnp.isfinite(rewards)
+    returns = jnp.einsum("bs,ts->bt", jnp.where(finite, rewards, 0.0), discount,
+                         precision=jax.lax.Precision.HIGHEST)
+    later = jnp.flip(jnp.cumsum(jnp.flip(jnp.where(finite, 0.0, rewards), 1), axis=1), 1)
+    return jnp.where(turn_valid, returns + later, 0.0)
 
 
 def terminal_step_rewards(rewards: jax.Array, turn_valid: jax.Array) -> jax.Array:

@@ -14,6 +14,7 @@ import pytest
 
 from prover_jax import credit
 from prover_jax.batch import Batch
+from prover_jax.credit.gigpo import discounted_returns
 from vict_jax.redistribute import redistribute
 
 B, T, M, L = 8, 6, 3, 12
@@ -123,6 +124,34 @@ def test_vict_calibration_ignores_a_non_finite_base_turn():
     b = redistribute(x["base_bt"], *(x[k] for k in args), without["turn_valid"], GROUP_IDS)
     assert np.isfinite(float(a.lam)) and np.isfinite(float(a.clip))
     assert float(a.clip) == pytest.approx(float(b.clip))
+
+
+def test_a_non_finite_step_reward_reaches_its_own_and_earlier_turns_only():
+    """GiGPO's discounted returns: the later turns' returns are those of the clean row."""
+    valid = np.ones((1, 4), bool)
+
+    def returns(rewards):
+        return np.asarray(discounted_returns(np.array([rewards], np.float32), valid, 0.9))[0]
+
+    got = returns([np.nan, 0, 0, 1])
+    assert np.isnan(got[0])
+    np.testing.assert_allclose(got[1:], returns([0, 0, 0, 1])[1:])
+    got = returns([0, 1, -np.inf, 1])
+    assert np.all(got[:3] == -np.inf) and got[3] == 1
+
+
+def test_a_non_finite_marginal_stays_visible_in_its_group():
+    """A NaN core marginal is not silently zeroed: its (group, atom) is non-finite, and so are
+    the corrections of the turns witnessing it; the other group stays finite."""
+    x = _inputs()
+    assert x["eligible"][0, 0] and x["omega"][0, :, 0].any()  # row 0 supports atom 0
+    poisoned = _poisoned(x, "marginals", np.nan)
+    result = redistribute(_base(x), poisoned["marginals"], x["eligible"], x["omega"],
+                          x["turn_valid"], GROUP_IDS)
+    assert np.isnan(result.normalised.values[0, 0])
+    witnessed = x["omega"][0, :, 0] > 0
+    assert not np.isfinite(np.asarray(result.corrections)[0, witnessed]).any()
+    assert np.isfinite(np.asarray(result.advantages)[OTHER]).all()
 
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
