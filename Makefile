@@ -18,7 +18,7 @@ $(VENV)/.test: $(VENV)/.base
 	touch $@
 
 demo: $(VENV)/.base
-	$(PY) -m prover_jax.train --run-dir runs/demo
+	$(PY) -m prover_jax.train --config configs/demo.yaml --run-dir runs/demo-household-small
 
 test: $(VENV)/.test
 	$(PYTEST)

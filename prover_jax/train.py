@@ -782,7 +782,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(e))
     compile_cache.enable()
     with exit_when_interrupted():
-        train(config, cfg, params, tokenizer)
+        history = train(config, cfg, params, tokenizer)
+    if config.run_dir is not None and distributed.is_main():
+        print("\n".join(closing_lines(Path(config.run_dir), history)))
+
+
+def closing_lines(directory: Path, history: Sequence[dict]) -> list[str]:
+    """What a finished run tells its user: the held-out success it measured last, where its
+    files are, and how to train it further."""
+    evaluated = [row for row in history if "eval/greedy/success" in row]
+    lines = [f"held-out greedy success after step {row['step'] + 1}: "
+             f"{row['eval/greedy/success']:.3f}" for row in evaluated[-1:]]
+    files = [name for name in ("metrics.jsonl", "samples.jsonl", "prover_proposals.jsonl",
+                               "vict_proofs.jsonl") if (directory / name).exists()]
+    plots = sorted(p.name for p in (directory / "plots").glob("*.png"))
+    lines.append(f"run directory: {directory} ({', '.join(files)}; model/ for evaluate and "
+                 "serve)")
+    if plots:
+        lines.append(f"plots: {directory / 'plots'} ({', '.join(plots)})")
+    lines.append("more steps: the same command with a larger --steps (it resumes from the last "
+                 "checkpoint)")
+    return lines
 
 
 @contextlib.contextmanager

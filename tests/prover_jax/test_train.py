@@ -25,6 +25,7 @@ from prover_jax.plot import read_metrics
 from prover_jax.train import (
     TrainConfig,
     check_run_config,
+    closing_lines,
     environment_texts,
     main,
     step_line,
@@ -269,6 +270,19 @@ def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(
     assert int(states[0].step) == int(states[1].step) == 4
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_finished_run_names_its_result_files_and_plots(tmp_path):
+    (tmp_path / "plots").mkdir()
+    for name in ("metrics.jsonl", "vict_proofs.jsonl", "plots/credit.png", "plots/reward.png"):
+        (tmp_path / name).touch()
+    history = [{"step": 0}, {"step": 1, "eval/greedy/success": 0.3}, {"step": 2}]
+    lines = closing_lines(tmp_path, history)
+    assert lines[0] == "held-out greedy success after step 2: 0.300"
+    assert lines[1] == (f"run directory: {tmp_path} (metrics.jsonl, vict_proofs.jsonl; model/ "
+                        "for evaluate and serve)")
+    assert lines[2] == f"plots: {tmp_path / 'plots'} (credit.png, reward.png)"
+    assert len(closing_lines(tmp_path, history[:1])) == 3  # no evaluation, no line for it
 
 
 def test_a_step_logs_one_short_line_of_its_key_figures():
