@@ -55,7 +55,7 @@ from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
 from prover_jax.interrupt import Interrupted, deferred_signals
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, OptimizerConfig, TrainBatch
 from prover_jax.model_policy import ModelPolicy, SamplingConfig
-from prover_jax.plot import plot_run
+from prover_jax.plot import plot_run, read_metrics
 from prover_jax.rollout import Episode, rng_streams, run, start
 from prover_jax.spo_rollouts import (
     SpoTree,
@@ -110,6 +110,7 @@ class TrainConfig:
     init: str | None = None  # start from a run directory (e.g. an SFT run) or a model folder
     tiny: TinyModel = dataclasses.field(default_factory=TinyModel)  # the model without init
     eval_every: int = 0  # steps between held-out evaluations into metrics.jsonl (0: none)
+    eval_at_start: bool = False  # one before the first step too (metrics.jsonl's step -1)
     evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     sampling: SamplingConfig = dataclasses.field(
         default_factory=lambda: SamplingConfig(max_new_tokens=16))
@@ -378,7 +379,8 @@ def run_or_temporary(run_dir: str | None, prefix: str, log) -> Iterator[Path]:
 # Settings a resume may change: they change neither the updates nor the random draws (an
 # episode plays the same whichever worker runs it); a trailing "." covers a whole section.
 RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model",
-                     "checkpoint_every", "eval_every", "evaluation.", "workers")
+                     "checkpoint_every", "eval_every", "eval_at_start", "evaluation.",
+                     "workers")
 
 
 def check_run_config(directory: Path, config: TrainConfig) -> None:
@@ -487,6 +489,9 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
     state = run_dir.state
     with (EnvPool(config.env, len(mine) * group_rows(config), config.workers) as pool,
           deferred_signals() as received):
+        if config.eval_at_start and not run_dir.started():
+            run_dir.write_before_training(
+                evaluated(config, pool, state.params, learner, cfg, tokenizer, env))
         while int(state.step) < config.steps:
             step = int(state.step)
             laps = Laps()
@@ -524,17 +529,14 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             laps.lap("checkpoint")
             evaluation = {}
             if config.eval_every and (step + 1) % config.eval_every == 0:
-                sampler = to_sampler(state.params, cfg, learner.mesh, config.sampling.dtype)
-                if distributed.is_main():  # one process evaluates, with its own copy
-                    evaluation = held_out(config, pool, sampler, cfg, tokenizer, env)
-                del sampler
+                evaluation = evaluated(config, pool, state.params, learner, cfg, tokenizer, env)
                 laps.lap("eval")
             episodes = [e for group in groups for e in group]
             row = distributed.mean_over_processes({
                 **step_metrics(episodes, metrics, output.diagnostics, laps.seconds),
                 **evaluation})
-            records = merged_records({**output.records,
-                                      "samples": sample_records(groups, credited.per_turn)})
+            parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
+            records = merged_records({**output.records, "samples": sample_records(groups, parts)})
             row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}
             run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                           step_s=f"{sum(laps.seconds.values()):.1f}")
@@ -617,6 +619,22 @@ class RunDirectory:
         self.progress.set_postfix(**postfix)
         self.log(step_line(row, self.steps))
 
+    def started(self) -> bool:
+        """Whether the run has taken a step or evaluated before its first
+        (`write_before_training`)."""
+        path = self.directory / f"{METRICS}.jsonl"
+        return int(self.state.step) > 0 or (path.exists() and bool(path.read_text().strip()))
+
+    def write_before_training(self, evaluation: dict[str, float]) -> None:
+        """The held-out evaluation of the initial model as metrics.jsonl's step -1, with a log
+        line; process 0 only."""
+        if not self.main:
+            return
+        append_lines(self.directory / f"{METRICS}.jsonl", [{"step": -1, **evaluation}])
+        self.log("before the first step: " + ", ".join(
+            f"held-out {mode} success {evaluation[f'eval/{mode}/success']:.3f}"
+            for mode in ("greedy", "sampled") if f"eval/{mode}/success" in evaluation))
+
     def close(self) -> list[dict]:
         """Closes it, draws the plots if steps ran; the metrics of the steps that ran."""
         self.progress.close()
@@ -626,6 +644,14 @@ class RunDirectory:
             if self.history:
                 plot_run(self.directory)
         return self.history
+
+
+def evaluated(config: TrainConfig, pool: EnvPool, params, learner: Learner, cfg, tokenizer,
+              env: envs.Env) -> dict[str, float]:
+    """`held_out` of the learner's `params`, on process 0 with its own sampling copy of them;
+    nothing on the other processes."""
+    sampler = to_sampler(params, cfg, learner.mesh, config.sampling.dtype)
+    return held_out(config, pool, sampler, cfg, tokenizer, env) if distributed.is_main() else {}
 
 
 def held_out(config: TrainConfig, pool: EnvPool, params, cfg, tokenizer, env: envs.Env
@@ -683,37 +709,77 @@ def step_line(row: Mapping[str, float], steps: int) -> str:
     return f"step {row['step'] + 1}/{steps}: " + ", ".join(parts) + f" | {seconds:.1f} s"
 
 
-SAMPLES = 2  # episodes of the step's first group written to samples.jsonl: best and worst
+SAMPLES = 2  # episodes of the step's most credited group written to samples.jsonl: best, worst
 
 
-def sample_records(groups: Sequence[Sequence[Episode]], per_turn) -> list[dict]:
-    """The best and the worst episode of the first group as text, with each action's credit.
+def sample_records(groups: Sequence[Sequence[Episode]], parts: Mapping[str, Any]) -> list[dict]:
+    """The best and the worst episode of the step's group whose credit departs most from the
+    flat outcome advantage (the first such group), as text, with each action's credit.
 
     Args:
       groups: the step's episodes, in the batch's row order.
-      per_turn: float [B, T] per-turn advantages of the batch's rows.
+      parts: float [B, T] per-turn advantages of the batch's rows by source, "outcome" and
+        what each method added to it (`credit.parts`).
 
     Returns:
-      One record per episode: task, member, reward, the first observation and per action its
-      text, whether it was valid, the observation after it and its credit.
+      One record per episode: task, group, member, reward, the first observation and per action
+      its text, whether it was valid, the observation after it, its credit and the credit's
+      parts.
     """
-    if not groups or not groups[0]:
+    if not any(groups):
         return []
-    credit_of = np.asarray(jax.device_get(per_turn))
-    first = groups[0]
-    order = sorted(range(len(first)), key=lambda m: first[m].reward)
+    parts = {name: np.asarray(jax.device_get(value)) for name, value in parts.items()}
+    departure = sum(np.abs(value) for name, value in parts.items() if name != "outcome")
+    starts = np.cumsum([0, *map(len, groups)])
+    chosen = max(range(len(groups)),
+                 key=lambda g: (float(departure[starts[g]:starts[g + 1]].sum()), -g))
+    group = groups[chosen]
+    order = sorted(range(len(group)), key=lambda m: group[m].reward)
     records = []
     for member in dict.fromkeys([order[-1], order[0]][:SAMPLES]):
-        episode = first[member]
+        episode, row = group[member], int(starts[chosen]) + member
         records.append({
             "task": f"{episode.task.env}/{episode.task.split}/{episode.task.index}",
-            "member": member, "reward": episode.reward,
+            "group": chosen, "member": member, "reward": episode.reward,
             "observation": episode.observations[0] if episode.observations else "",
             "actions": [{"action": action.text, "valid": valid, "observation": after,
-                         "credit": float(credit_of[member, t])}
+                         "credit": float(sum(value[row, t] for value in parts.values())),
+                         "parts": {name: float(value[row, t]) for name, value in parts.items()}}
                         for t, (action, valid, after) in enumerate(zip(
                             episode.actions, episode.valid, episode.observations[1:]))]})
     return records
+
+
+def credit_lines(directory: Path, width: int = 36) -> list[str]:
+    """The sampled group of ``samples.jsonl`` whose credit departs most from the flat outcome
+    advantage (the earliest such step): its episodes action by action, with the credit each
+    source gave them. None without samples."""
+    path = directory / "samples.jsonl"
+    records = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+               if path.exists() else [])
+    if not records:
+        return []
+    steps = sorted({r["step"] for r in records})
+
+    def departure(step: int) -> float:
+        return sum(abs(v) for r in records if r["step"] == step for a in r["actions"]
+                   for name, v in a["parts"].items() if name != "outcome")
+
+    step = max(steps, key=lambda s: (departure(s), -s))
+    chosen = [r for r in records if r["step"] == step]
+    names = list(chosen[0]["actions"][0]["parts"]) if chosen[0]["actions"] else ["outcome"]
+    added = [n for n in names if n != "outcome"]
+    lines = [f"credit at step {step + 1}, group {chosen[0]['group']} ({chosen[0]['task']}): "
+             "outcome is the flat advantage GRPO gives every action, "
+             + ", ".join(added) + " what the method added"]
+    header = f"  {'turn':>4}  {'action':<{width}}" + "".join(f"{n:>9}" for n in
+                                                           [*names, "total"])
+    for record in chosen:
+        lines += [f" episode {record['member']} (reward {record['reward']:g})", header]
+        lines += [f"  {t:>4}  {a['action'][:width]:<{width}}"
+                  + "".join(f"{a['parts'][n]:>+9.3f}" for n in names) + f"{a['credit']:>+9.3f}"
+                  for t, a in enumerate(record["actions"])]
+    return lines
 
 
 def merged_records(records: Mapping[str, list[dict]]) -> dict[str, list[dict]]:
@@ -782,17 +848,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(e))
     compile_cache.enable()
     with exit_when_interrupted():
-        history = train(config, cfg, params, tokenizer)
+        train(config, cfg, params, tokenizer)
     if config.run_dir is not None and distributed.is_main():
-        print("\n".join(closing_lines(Path(config.run_dir), history)))
+        print("\n".join(closing_lines(Path(config.run_dir))))
 
 
-def closing_lines(directory: Path, history: Sequence[dict]) -> list[str]:
-    """What a finished run tells its user: the held-out success it measured last, where its
-    files are, and how to train it further."""
-    evaluated = [row for row in history if "eval/greedy/success" in row]
-    lines = [f"held-out greedy success after step {row['step'] + 1}: "
-             f"{row['eval/greedy/success']:.3f}" for row in evaluated[-1:]]
+def closing_lines(directory: Path) -> list[str]:
+    """What a finished run tells its user: the held-out success it measured before training
+    and last, one sampled group's credit (`credit_lines`), where its files are, and how to
+    train it further."""
+    metric = "eval/greedy/success"
+    measured = [(row["step"], row[metric]) for row in read_metrics(directory) if metric in row]
+    said = [f"{value:.3f} before training" if step < 0 else f"{value:.3f} after step {step + 1}"
+            for step, value in dict.fromkeys([*measured[:1], *measured[-1:]])]
+    lines = [f"held-out greedy success: {', '.join(said)}"] if said else []
+    lines += credit_lines(directory)
     files = [name for name in ("metrics.jsonl", "samples.jsonl", "prover_proposals.jsonl",
                                "vict_proofs.jsonl") if (directory / name).exists()]
     plots = sorted(p.name for p in (directory / "plots").glob("*.png"))

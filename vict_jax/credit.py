@@ -159,7 +159,8 @@ def _composed(base_method: registry.CreditMethod | None) -> registry.CreditMetho
         f"{base_method.name}+vict", compute, {**base_method.inputs, **VICT_INPUTS},
         vict_config_type(base_method.config_type),
         f"{base_method.name} + verifier-traced corrections (VICT eq. 10)", check_values,
-        _composed_host(base_method.host) if runnable else None, base_method.rollouts, dropped)
+        _composed_host(base_method.host) if runnable else None, base_method.rollouts, dropped,
+        base=base_method.name)
 
 
 def register() -> None:

@@ -14,13 +14,21 @@ from prover_jax.credit.gigpo import (
 )
 from prover_jax.credit.outcome import grpo, rloo
 from prover_jax.credit.prover import prover
-from prover_jax.credit.registry import Credit, CreditMethod, compute, get, names, register
+from prover_jax.credit.registry import (
+    Credit,
+    CreditMethod,
+    compute,
+    get,
+    names,
+    parts,
+    register,
+)
 from prover_jax.credit.spo import spo_chain, spo_chain_segments, spo_tree, spo_tree_values
 from prover_jax.credit.tokens import high_prob_mask, per_turn, to_tokens
 
 __all__ = [
     "Credit", "CreditMethod", "anchor_ids_from_observations", "compute", "criticsearch",
     "discounted_returns", "episode_advantage", "get", "gigpo", "grpo", "high_prob_mask", "names",
-    "per_turn", "prover", "register", "rloo", "spo_chain", "spo_chain_segments", "spo_tree",
-    "spo_tree_values", "to_tokens",
+    "parts", "per_turn", "prover", "register", "rloo", "spo_chain", "spo_chain_segments",
+    "spo_tree", "spo_tree_values", "to_tokens",
 ]

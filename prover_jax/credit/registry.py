@@ -66,6 +66,9 @@ class CreditMethod:
         `branch_actions`) or "scheduled-groups" (G from the config's `group_size(step)`).
       dropped_tokens: optional (batch, inputs, config, old_logprobs [B, L]) -> bool [B, L],
         the policy tokens the learner leaves out of the loss (SPO's confident tokens).
+      base: the registered method this one composes its credit onto (its inputs a subset of
+        this one's, its config this one's ``config.base``), e.g. "prover" of "prover+vict";
+        None if none.
     """
 
     name: str
@@ -77,6 +80,7 @@ class CreditMethod:
     host: HostFactory | None = None
     rollouts: Literal["groups", "trees", "scheduled-groups"] = "groups"
     dropped_tokens: Callable[[Batch, Mapping[str, Any], Any, jax.Array], jax.Array] | None = None
+    base: str | None = None
 
 
 _REGISTRY: dict[str, CreditMethod] = {}
@@ -164,6 +168,28 @@ def compute(name: str, batch: Batch, inputs: Mapping[str, Any] | None = None,
     check_inputs(method, batch, inputs, config)
     turns, outcome = method.compute(batch, inputs, config)
     return Credit(turns, to_tokens(turns, batch.turn_ids, batch.loss_mask), outcome)
+
+
+def parts(name: str, batch: Batch, inputs: Mapping[str, Any], config: Any,
+          credited: Credit) -> dict[str, jax.Array]:
+    """Where method `name`'s per-turn advantages come from, as `compute` returned them
+    (`credited`): float32 [B, T] arrays that sum to ``credited.per_turn``.
+
+    "outcome" is the trajectory-level advantage on every valid turn (GRPO's flat credit); then
+    what a composition's base adds to it (under the base's name, e.g. "prover") and what the
+    method itself adds (under its name, or a composition's under the part after its base's,
+    e.g. "vict"). `config` is the one `compute` was given (None: the defaults).
+    """
+    method = get(name)
+    config = method.config_type() if config is None else config
+    outcome = per_turn(credited.outcome, batch.turn_valid)
+    if method.base is None:
+        return {"outcome": outcome, name: credited.per_turn - outcome}
+    base = get(method.base)
+    below = compute(method.base, batch, {k: inputs[k] for k in base.inputs},
+                    config.base).per_turn
+    return {"outcome": outcome, method.base: below - outcome,
+            name.removeprefix(method.base + "+"): credited.per_turn - below}
 
 
 # ----------------------------------------------------------------------------- built-in methods

@@ -26,6 +26,7 @@ from prover_jax.train import (
     TrainConfig,
     check_run_config,
     closing_lines,
+    credit_lines,
     environment_texts,
     main,
     step_line,
@@ -44,9 +45,16 @@ def test_train_runs_and_resumes(tmp_path):
     config = TrainConfig(credit="prover+vict", steps=1, groups=2, group_size=2, max_actions=2,
                          workers=1, run_dir=str(tmp_path), host=HostOptions(continuations=2),
                          sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
-                         eval_every=1, evaluation=EvalConfig(tasks=2, samples=2))
-    first = train(config, cfg, params, tokenizer, log=lambda line: None)
+                         eval_every=1, eval_at_start=True,
+                         evaluation=EvalConfig(tasks=2, samples=2))
+    lines = []
+    first = train(config, cfg, params, tokenizer, log=lines.append)
     assert [row["step"] for row in first] == [0]
+    before = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert before["step"] == -1 and before["eval/greedy/episodes"] == 2  # the initial model's
+    assert lines[1] == (f"before the first step: held-out greedy success "
+                        f"{before['eval/greedy/success']:.3f}, held-out sampled success "
+                        f"{before['eval/sampled/success']:.3f}")
     row = first[0]
     # held-out evaluation in the same metrics, greedy and sampled, under the run's caps
     assert row["eval/greedy/episodes"] == 2 and row["eval/sampled/episodes"] == 4
@@ -68,9 +76,13 @@ def test_train_runs_and_resumes(tmp_path):
     assert 1 <= len(samples) <= 2 and samples[0]["step"] == 0
     assert samples[0]["reward"] >= samples[-1]["reward"]  # the group's best, then its worst
     assert len(samples[0]["actions"]) == 2 and samples[0]["observation"]
-    assert {"action", "valid", "observation", "credit"} == set(samples[0]["actions"][0])
+    assert {"action", "valid", "observation", "credit", "parts"} == set(samples[0]["actions"][0])
+    for action in samples[0]["actions"]:  # the credit by source, summing to it
+        assert list(action["parts"]) == ["outcome", "prover", "vict"]
+        assert sum(action["parts"].values()) == pytest.approx(action["credit"], abs=1e-6)
+    # no eval.png: a random model's held-out figures after step 0 are those before it, constant
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "credit-prover.png", "credit-vict.png", "eval.png", "time.png", "training.png"]
+        "credit-prover.png", "credit-vict.png", "time.png", "training.png"]
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
     metrics, proofs = tmp_path / "metrics.jsonl", tmp_path / "vict_proofs.jsonl"
@@ -85,7 +97,7 @@ def test_train_runs_and_resumes(tmp_path):
     assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
     assert lines[1].startswith("step 2/2: compiling the programs first")
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert logged == json.loads(json.dumps(first + more))
+    assert logged == json.loads(json.dumps([before, *first, *more]))  # not evaluated again
     assert [json.loads(line)["step"] for line in proofs.read_text().splitlines()] == [0]
     lines.clear()
     assert train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
@@ -274,15 +286,48 @@ def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(
 
 def test_a_finished_run_names_its_result_files_and_plots(tmp_path):
     (tmp_path / "plots").mkdir()
-    for name in ("metrics.jsonl", "vict_proofs.jsonl", "plots/credit.png", "plots/reward.png"):
+    for name in ("vict_proofs.jsonl", "plots/credit.png", "plots/reward.png"):
         (tmp_path / name).touch()
-    history = [{"step": 0}, {"step": 1, "eval/greedy/success": 0.3}, {"step": 2}]
-    lines = closing_lines(tmp_path, history)
-    assert lines[0] == "held-out greedy success after step 2: 0.300"
+    rows = [{"step": -1, "eval/greedy/success": 0.2}, {"step": 0},
+            {"step": 1, "eval/greedy/success": 0.3}, {"step": 2}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = closing_lines(tmp_path)
+    assert lines[0] == "held-out greedy success: 0.200 before training, 0.300 after step 2"
     assert lines[1] == (f"run directory: {tmp_path} (metrics.jsonl, vict_proofs.jsonl; model/ "
                         "for evaluate and serve)")
     assert lines[2] == f"plots: {tmp_path / 'plots'} (credit.png, reward.png)"
-    assert len(closing_lines(tmp_path, history[:1])) == 3  # no evaluation, no line for it
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[2]) + "\n")
+    assert lines[0] != closing_lines(tmp_path)[0] == "held-out greedy success: 0.300 after step 2"
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[1]) + "\n")
+    assert len(closing_lines(tmp_path)) == 3  # no evaluation, no line for it
+
+
+def test_a_finished_run_shows_the_group_its_credit_acted_on_most(tmp_path):
+    def action(text: str, outcome: float, prover: float, vict: float) -> dict:
+        parts = {"outcome": outcome, "prover": prover, "vict": vict}
+        return {"action": text, "parts": parts, "credit": sum(parts.values())}
+
+    flat = {"step": 0, "task": "household/train/3", "group": 0, "member": 1, "reward": 1.0,
+            "actions": [action("go to sink 1", 0.5, 0.0, 0.0)]}
+    acted = {"step": 1, "task": "household/train/7", "group": 2, "member": 0, "reward": 1.0,
+             "actions": [action("go to sink 1", 0.5, 0.0, 0.0),
+                         action("take apple 1 from sink 1", 0.5, 0.25, -0.125)]}
+    failed = {**acted, "member": 3, "reward": 0.0, "actions": [action("look", -0.5, 0, 0)]}
+    (tmp_path / "samples.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in (flat, acted, failed)))
+    lines = credit_lines(tmp_path, width=26)
+    assert lines[0].startswith("credit at step 2, group 2 (household/train/7): outcome is the "
+                               "flat advantage GRPO gives every action, prover, vict what")
+    assert lines[1:] == [
+        " episode 0 (reward 1)",
+        "  turn  action                      outcome   prover     vict    total",
+        "     0  go to sink 1                 +0.500   +0.000   +0.000   +0.500",
+        "     1  take apple 1 from sink 1     +0.500   +0.250   -0.125   +0.625",
+        " episode 3 (reward 0)",
+        "  turn  action                      outcome   prover     vict    total",
+        "     0  look                         -0.500   +0.000   +0.000   -0.500"]
+    (tmp_path / "samples.jsonl").unlink()
+    assert credit_lines(tmp_path) == []
 
 
 def test_a_step_logs_one_short_line_of_its_key_figures():

@@ -30,7 +30,7 @@ def test_prover_plus_vict_on_household_episodes():
         groups = [run(pool, ScriptedPolicy(0.9), [start(t)] * 8, random.Random(g))
                   for g, t in enumerate(tasks)]
         proposed = prover_step(pool, ScriptedPolicy(0.9), judges.make("contrastive"), groups,
-                               random.Random(0), VerifyConfig(continuations=4))
+                               random.Random(1), VerifyConfig(continuations=4))
     batch = pack([[_trajectory(e) for e in g] for g in groups])
     rows, turns = batch.turn_valid.shape
     env = envs.make("household")
@@ -52,3 +52,17 @@ def test_prover_plus_vict_on_household_episodes():
                                   np.asarray(alone.per_turn)[~corrected])
     assert (vict["omega"].sum(axis=2)[corrected] > 0).all()
     assert np.asarray(both.tokens).shape == batch.tokens.shape
+    # Its parts: GRPO's flat advantage, ProVer's bonus on the verified segments (SPEC §2) and
+    # VICT's corrections on exactly the turns it changed, summing to the whole.
+    parts = {name: np.asarray(value) for name, value in credit.parts(
+        "prover+vict", batch, {**prover_inputs, **vict}, None, both).items()}
+    assert list(parts) == ["outcome", "prover", "vict"]
+    valid = np.asarray(batch.turn_valid)
+    np.testing.assert_allclose(parts["outcome"], np.asarray(both.outcome)[:, None] * valid)
+    turn = np.arange(turns)[None, :]
+    bonus = np.where((turn >= proposed.seg_start[:, None]) & (turn <= proposed.seg_end[:, None])
+                     & valid, np.maximum(proposed.delta, 0)[:, None], 0)
+    assert (bonus > 0).any()
+    np.testing.assert_allclose(parts["prover"], bonus, atol=1e-6)
+    assert ((parts["vict"] != 0) == corrected).all()
+    np.testing.assert_allclose(sum(parts.values()), np.asarray(both.per_turn), atol=1e-6)
