@@ -106,13 +106,14 @@ def build_model(setup: Setup):
 
     import envs
     from models import qwen
-    from prover_jax import train
+    from prover_jax import trainer
+    from prover_jax.train import TinyModel
     from tpu import plan
 
     env = envs.make(ENV)
     if setup.tiny:
-        return train.tiny(env, train.TinyModel())
-    tokenizer = train.tiny_tokenizer(train.environment_texts(env))
+        return trainer.tiny(env, TinyModel())
+    tokenizer = trainer.tiny_tokenizer(trainer.environment_texts(env))
     cfg = plan.model_config(PRESET)
     return cfg, qwen.init(cfg, jax.random.key(0)), tokenizer
 
@@ -265,7 +266,7 @@ def run_parent(params) -> str | None:
 
 def measure_trainer(cfg, params, tokenizer, setup: Setup) -> dict:
     """The trainer's per-step phase seconds, read from its run directory's metrics.jsonl."""
-    from prover_jax import train
+    from prover_jax import train, trainer
     from prover_jax.model_policy import SamplingConfig
 
     knobs = dict(setup.trainer)
@@ -275,7 +276,7 @@ def measure_trainer(cfg, params, tokenizer, setup: Setup) -> dict:
             sampling=SamplingConfig(max_new_tokens=knobs.pop("max_new_tokens")),
             learner=learner_config(setup),
             **knobs)
-        train.train(config, cfg, params, tokenizer, log=lambda _: None)
+        trainer.train(config, cfg, params, tokenizer, log=lambda _: None)
         lines = (Path(directory) / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line) for line in lines if line.strip()]
     return {"env": ENV, **setup.trainer,

@@ -13,7 +13,7 @@ each (``max_actions``), replies of up to 32 tokens at temperature 1; a ~55M-para
 (8 layers, width 512, untied head, vocabulary 32000) with random weights, float32 on CPU. A
 random model almost never samples the end-of-turn token, so every reply runs to 32 tokens and
 every episode to its last action. The tokenizer is a small BPE trained on household text
-(`prover_jax.train.tiny_tokenizer`); ids beyond it decode to nothing, so the environment gets
+(`prover_jax.trainer.tiny_tokenizer`); ids beyond it decode to nothing, so the environment gets
 empty or garbled actions, which it rejects without ending the episode.
 
 Each (path, turns) measurement runs in its own process, so its peak resident memory
@@ -131,7 +131,7 @@ def measure(path: str, turns: int, model: str = "55m", tasks: int = TASKS, group
     import envs
     from envs.pool import EnvPool
     from models import qwen
-    from prover_jax import train
+    from prover_jax import trainer
     from prover_jax.model_policy import ModelPolicy, SamplingConfig
     from prover_jax.rollout import run, start
 
@@ -141,7 +141,7 @@ def measure(path: str, turns: int, model: str = "55m", tasks: int = TASKS, group
     env = envs.make("household")
     if env.max_turns < turns:
         raise ValueError(f"household episodes end after {env.max_turns} turns, not {turns}")
-    tokenizer = train.tiny_tokenizer(train.environment_texts(env), vocab_size=TOKENIZER_VOCAB)
+    tokenizer = trainer.tiny_tokenizer(trainer.environment_texts(env), vocab_size=TOKENIZER_VOCAB)
     cfg = qwen.QwenConfig(**MODELS[model])
     params = qwen.init_numpy(cfg, SEED, scale=0.1)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=1.0,

@@ -35,7 +35,7 @@ from prover_jax.credit.outcome import grpo
 from vict_jax import audit as audit_lib
 from vict_jax.diagnostics import diagnostics
 from vict_jax.pipeline import batch_inputs, credit_group, play
-from vict_jax.redistribute import RedistributionConfig, redistribute
+from vict_jax.redistribution import RedistributionConfig, redistribute
 
 GROUP = 8
 ENVS = ("household", "alfworld-small", "webshop", "tau-retail", "tau-airline")

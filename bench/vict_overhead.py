@@ -39,7 +39,7 @@ from bench import report
 from prover_jax.credit.outcome import grpo
 from prover_jax.plot import read_metrics
 from vict_jax.pipeline import Rollout, batch_inputs, credit_group
-from vict_jax.redistribute import redistribute
+from vict_jax.redistribution import redistribute
 
 GROUP = 8
 RUNS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "runs"

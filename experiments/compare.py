@@ -40,9 +40,11 @@ import numpy as np
 from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
 from prover_jax.plot import read_metrics
-from prover_jax.sft import SftConfig, sft
+from prover_jax.sft import SftConfig
+from prover_jax.sft_trainer import sft
 from prover_jax.spo_rollouts import budget_schedule_of_run
-from prover_jax.train import TrainConfig, initial_model, train
+from prover_jax.train import TrainConfig
+from prover_jax.trainer import initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "household-small.yaml"

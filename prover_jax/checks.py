@@ -77,12 +77,6 @@ def check_arrays(specs: Mapping[str, tuple[Any, str, str]]) -> dict[str, int]:
     return dims
 
 
-def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
-    """Raises a ValueError naming the option when `value` is not one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
 def check_int32_range(name: str, value: Any) -> None:
     """Raises a ValueError naming `value` if its integers do not fit int32.
 

@@ -84,6 +84,12 @@ def override(data: dict, assignment: str) -> dict:
     return merge(data, value)
 
 
+def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:
+    """Raises a ValueError naming the option when `value` is not one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
 def build(cls: type[T], data: Mapping, where: str = "") -> T:
     """An instance of config dataclass `cls` from `data` (missing keys: `cls`'s defaults).
 

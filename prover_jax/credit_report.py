@@ -25,7 +25,8 @@ from prover_jax import credit
 from prover_jax.batch import Batch, Message, Trajectory, pack
 from prover_jax.credit.hosts import HostContext, HostOptions
 from prover_jax.rollout import Episode, ScriptedPolicy, run, start
-from prover_jax.train import task_split, trainable_methods
+from prover_jax.train import trainable_methods
+from prover_jax.trainer import task_split
 
 NEEDS_AN_LLM = ("criticsearch",)
 

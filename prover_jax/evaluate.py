@@ -15,12 +15,14 @@ metrics next to the common ones:
 ``--expert`` runs the environment's expert instead (a ceiling), ``--random`` a policy of random
 admissible actions (a floor). The result is JSON (``--out``) and a markdown table. The trainer
 runs the same evaluation every ``eval_every`` steps into its ``metrics.jsonl``.
+
+This module reads and checks the command line without loading JAX, the model or the
+environments' workers; `prover_jax.evaluation` runs the episodes.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import random
@@ -33,38 +35,7 @@ import numpy as np
 import envs
 from envs.pool import EnvPool
 from prover_jax import compile_cache, runs
-from prover_jax.model_policy import ModelPolicy, SamplingConfig
-from prover_jax.rollout import Episode, Policy, ScriptedPolicy, run, start
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalConfig:
-    """What an evaluation runs.
-
-    Attributes:
-      split: the held-out tasks (None: `eval_split`).
-      tasks: how many of them, in order (None: all).
-      samples: sampled episodes per task (pass^k up to k = samples); 0 skips sampling.
-      greedy: also run one greedy episode per task.
-      max_actions: cap per episode (None: the environment's turn limit).
-      max_new_tokens: per reply (None: 32, or the training run's).
-      seed: the sampled episodes' randomness.
-    """
-
-    split: str | None = None
-    tasks: int | None = 50
-    samples: int = 1
-    greedy: bool = True
-    max_actions: int | None = None
-    max_new_tokens: int | None = None
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.samples < 0 or (self.tasks is not None and self.tasks < 1):
-            raise ValueError(f"need samples >= 0 and tasks >= 1, got {self.samples}, "
-                             f"{self.tasks}")
-        if not self.greedy and not self.samples:
-            raise ValueError("nothing to run: greedy is off and samples is 0")
+from prover_jax.settings import EvalConfig
 
 
 def eval_split(env: envs.Env, split: str | None = None) -> str:
@@ -80,66 +51,6 @@ def eval_split(env: envs.Env, split: str | None = None) -> str:
 def pass_at_k(successes: Sequence[int], samples: int, k: int) -> float:
     """tau-bench's pass^k over tasks: the mean of C(c, k) / C(n, k)."""
     return float(np.mean([math.comb(c, k) / math.comb(samples, k) for c in successes]))
-
-
-def summarize(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
-    """The metrics of one decoding mode from its episodes, grouped by task (one environment)."""
-    episodes = [e for group in groups for e in group]
-    env_name = episodes[0].task.env
-    won = [e.reward >= 1.0 for e in episodes]
-    out = {
-        "episodes": float(len(episodes)),
-        "success": float(np.mean(won)),
-        "reward": float(np.mean([e.reward for e in episodes])),
-        "actions": float(np.mean([e.num_turns for e in episodes])),
-        "valid_actions": float(np.mean([v for e in episodes for v in e.valid] or [0.0])),
-    }
-    samples = len(groups[0])
-    if samples > 1:
-        successes = [sum(e.reward >= 1.0 for e in group) for group in groups]
-        out.update({f"pass^{k}": pass_at_k(successes, samples, k)
-                    for k in range(1, samples + 1)})
-    if env_name.startswith("household"):
-        from envs.household.env import world_of
-        from envs.household.world import TASK_TYPES
-
-        kinds = [world_of(e.task).task_type for e in episodes]
-        for kind in TASK_TYPES:
-            hits = [w for w, k in zip(won, kinds) if k == kind]
-            if hits:
-                out[f"success/{kind}"] = float(np.mean(hits))
-    elif env_name == "webshop":
-        out["score"] = out["reward"]
-        out["strict_success"] = float(np.mean([e.reward == 1.0 for e in episodes]))
-    elif env_name == "searchqa":
-        out["exact_match"] = out["reward"]
-    return out
-
-
-def evaluate(pool: EnvPool, policy: Policy, tasks: Sequence[envs.Task], samples: int,
-             rng: random.Random, max_actions: int | None = None) -> dict[str, float]:
-    """Runs `samples` episodes of every task at once; their metrics (`summarize`)."""
-    episodes = run(pool, policy, [start(t) for t in tasks for _ in range(samples)], rng,
-                   max_actions, progress="evaluate")
-    groups = [episodes[i * samples:(i + 1) * samples] for i in range(len(tasks))]
-    return summarize(groups)
-
-
-def evaluate_model(pool: EnvPool, params, cfg, tokenizer, config: EvalConfig,
-                   tasks: Sequence[envs.Task]) -> dict[str, dict[str, float]]:
-    """{"greedy": metrics, "sampled": metrics} of a model on `tasks` (as `config` says)."""
-    system = envs.make(tasks[0].env).instruction()
-    modes = {"greedy": (0.0, 1)} if config.greedy else {}
-    if config.samples:
-        modes["sampled"] = (1.0, config.samples)
-    results = {}
-    for mode, (temperature, samples) in modes.items():
-        sampling = SamplingConfig(max_new_tokens=config.max_new_tokens or 32,
-                                  temperature=temperature)
-        policy = ModelPolicy(params, cfg, tokenizer, system, sampling)
-        results[mode] = evaluate(pool, policy, tasks, samples, random.Random(config.seed),
-                                 config.max_actions)
-    return results
 
 
 def markdown(results: dict[str, dict[str, float]]) -> str:
@@ -187,17 +98,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         model = None if args.model is None else runs.load(args.model)
     except (ValueError, OSError) as e:
         parser.error(str(e))
+    from prover_jax import evaluation
+    from prover_jax.rollout import ScriptedPolicy
+
     tasks = env.tasks(config.split)[: config.tasks]
     with EnvPool(name, min(len(tasks) * max(config.samples, 1), 64), args.workers) as pool:
         if model is None:
             policy = ScriptedPolicy(0.0 if args.expert else 1.0)
             mode = "expert" if args.expert else "random"
-            results = {mode: evaluate(pool, policy, tasks, max(config.samples, 1),
+            results = {mode: evaluation.evaluate(pool, policy, tasks, max(config.samples, 1),
                                       random.Random(config.seed), config.max_actions)}
         else:
             compile_cache.enable()
             cfg, params, tokenizer = model
-            results = evaluate_model(pool, params, cfg, tokenizer, config, tasks)
+            results = evaluation.evaluate_model(pool, params, cfg, tokenizer, config, tasks)
     report = {"env": name, "split": config.split, "tasks": len(tasks),
               "model": args.model, "results": results}
     if args.out:

@@ -40,44 +40,12 @@ from models.qwen import QwenConfig, kv_cache
 from models.qwen.chat import END_OF_TURN, AgentFormat
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
-from prover_jax.checks import check_choice
 from prover_jax.rollout import Action, Episode, Policy
+from prover_jax.settings import SamplingConfig
 from tpu.mesh import AXES, BATCH_AXES, cache_shardings, row_sharding
 
-SAMPLING_DTYPES = ("float32", "bfloat16")
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-    """How the policy samples (temperature 0 is greedy).
-
-    ``max_context`` caps an episode's token stream (None: the model's
-    ``max_position_embeddings``). ``dtype`` is that of the weights and the KV cache while
-    sampling ("bfloat16" halves both; the log-probabilities stay float32).
-    ``reuse_cache=False`` prefills every episode's whole stream into a fresh cache at every turn
-    (the reference path: same tokens, quadratic cost).
-    """
-
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_prompt_tokens: int = 64  # the smallest bucket of new tokens per call
-    max_context: int | None = None
-    reuse_cache: bool = True
-    dtype: str = "float32"
-
-    def __post_init__(self):
-        check_choice("sampling.dtype", self.dtype, SAMPLING_DTYPES)
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
-        if self.max_context is not None and self.max_context <= self.max_new_tokens:
-            raise ValueError(f"max_context={self.max_context} leaves no room for a prompt "
-                             f"and max_new_tokens={self.max_new_tokens}")
 
 
 def sampler_mesh(params) -> Mesh | None:

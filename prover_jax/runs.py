@@ -7,7 +7,8 @@ the weights in ``model/`` of a run's record kept without checkpoints) or a Huggi
 folder into ``(cfg, params, tokenizer)``, so evaluation, a warm start (``--init``) and a user's
 own code read either the same way; `export` writes a run's model as such a folder (``python -m
 prover_jax.runs RUN_DIR FOLDER``), with the run's environment in ``trained.json``, which
-`trained_env` reads.
+`trained_env` reads. The model's modules load in the functions that read or write weights, so
+a command line can read a run's settings (`trained_env`) without loading JAX.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from models import qwen
-from models.qwen.chat import load_tokenizer
+if TYPE_CHECKING:
+    from models.qwen import QwenConfig
 
 MODEL = "model"
 TRAINED = "trained.json"  # in an exported model folder: {"env": ...}
 
 
-def save_model(directory: str | Path, cfg: qwen.QwenConfig, tokenizer) -> None:
+def save_model(directory: str | Path, cfg: QwenConfig, tokenizer) -> None:
     """Writes ``directory/model/`` (config and tokenizer) unless it is already there."""
+    from models import qwen
+
     folder = Path(directory) / MODEL
     if (folder / "config.json").exists():
         return
@@ -47,6 +51,9 @@ def load(path: str | Path):
     Raises:
       FileNotFoundError: neither a run directory with a checkpoint nor a model folder.
     """
+    from models import qwen
+    from models.qwen.chat import load_tokenizer
+
     path = Path(path)
     if not is_run(path):
         if not (path / "config.json").exists():
@@ -87,6 +94,8 @@ def trained_env(path: str | Path) -> str | None:
 def export(run_dir: str | Path, folder: str | Path) -> Path:
     """Writes the newest checkpoint of `run_dir` (float32 weights, config, tokenizer) as a
     Hugging Face model folder that `load`, ``--init`` and `transformers` read; returns it."""
+    from models import qwen
+
     cfg, params, tokenizer = load(run_dir)
     qwen.save(folder, cfg, params)
     tokenizer.save_pretrained(folder)

@@ -21,47 +21,26 @@ whose byte-level BPE is trained on the environment's observations and actions, s
 action is a few tokens; its replies are the bare action text (``reply="text"``, which the
 policy parses as the action). For a real Qwen checkpoint, ``reply="tool_call"`` writes the
 ``act`` tool call the prompt asks for.
+
+This module reads and checks the settings (`SftConfig`) without loading JAX;
+`prover_jax.sft_trainer` runs the warm start.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import random
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import tqdm
-
 import envs
-from envs.pool import EnvPool
-from models.qwen.chat import AgentFormat
 from prover_jax import compile_cache
-from prover_jax.batch import pack_streams
 from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
-from prover_jax.evaluate import EvalConfig, eval_split, evaluate_model
-from prover_jax.interrupt import deferred_signals
-from prover_jax.learner import Learner, LearnerConfig, OptimizerConfig, TrainBatch
-from prover_jax.model_policy import next_context
-from prover_jax.rollout import Action, Episode, Policy, ScriptedPolicy, run, start
-from prover_jax.train import (
-    Laps,
-    RunDirectory,
-    TinyModel,
-    check_warmup,
-    exit_when_interrupted,
-    initial_model,
-    run_or_temporary,
-    task_at,
-    task_split,
-)
-from tpu.mesh import MeshConfig, batch_shards, build_mesh, to_sampler
+from prover_jax.learner.config import LearnerConfig, OptimizerConfig
+from prover_jax.settings import EvalConfig
+from prover_jax.train import TinyModel, check_warmup, exit_when_interrupted
+from tpu.mesh_config import MeshConfig
 
 Reply = Literal["text", "tool_call"]
 
@@ -106,164 +85,12 @@ class SftConfig:
         check_warmup(self.steps, self.learner)
 
 
-@dataclasses.dataclass(frozen=True)
-class Demonstration(Action):
-    """A demonstrated action: `expert` False for a random one (context, not a target)."""
-
-    expert: bool = True
-
-
-def reply_text(action: str, reply: Reply) -> str:
-    """What a model writes for `action`: the bare text, or an ``act`` tool call in Qwen's
-    format (both parse back to `action`, `model_policy.parse_action`)."""
-    if reply == "text":
-        return action
-    call = json.dumps({"name": "act", "arguments": {"action": action}})
-    return f"<tool_call>\n{call}\n</tool_call>"
-
-
-class DemonstrationPolicy(Policy):
-    """The expert (with random actions mixed in) as token streams: each reply is
-    `reply_text` tokenized, then the end-of-turn token, after the context a model would have
-    read."""
-
-    def __init__(self, tokenizer, system: str, noise: float = 0.0, reply: Reply = "text"):
-        self.format = AgentFormat(tokenizer, system)
-        self.tokenizer, self.reply = tokenizer, reply
-        self.scripted = ScriptedPolicy(noise)
-
-    def act(self, episodes, slots, pool, rngs):
-        actions = []
-        for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rngs)):
-            reply = (*self.tokenizer.encode(reply_text(text, self.reply),
-                                            add_special_tokens=False),
-                     self.format.end_of_turn)
-            context = tuple(int(i) for i in next_context(self.format, episode))
-            actions.append(Demonstration(text, reply, (0.0,) * len(reply), context, not noisy))
-        return actions
-
-
-def demonstrations(pool: EnvPool, policy: DemonstrationPolicy, tasks: Sequence[envs.Task],
-                   rng: random.Random, max_actions: int | None = None) -> list[Episode]:
-    """One demonstrated episode per task."""
-    return run(pool, policy, [start(t) for t in tasks], rng, max_actions,
-               progress="demonstrations")
-
-
-def sft_batch(episodes: Sequence[Episode], pad_token_id: int, max_len: int,
-              row_multiple: int = 1):
-    """The episodes' streams packed one a row: ``(Batch, dropped bool [B, L], trained bool
-    [B, L])``, dropped the random actions' tokens, trained the expert tokens the loss
-    covers."""
-    batch, _ = pack_streams([[e.stream()] for e in episodes], [[1.0] for _ in episodes],
-                            pad_token_id=pad_token_id, max_len=max_len,
-                            row_multiple=row_multiple)
-    turn_ids, loss_mask = np.asarray(batch.turn_ids), np.asarray(batch.loss_mask)
-    dropped = np.zeros_like(loss_mask)
-    for row, episode in enumerate(episodes):
-        noisy = [t for t, a in enumerate(episode.actions) if not a.expert]
-        dropped[row] = loss_mask[row] & np.isin(turn_ids[row], noisy)
-    trained = loss_mask & ~dropped
-    trained[:, 0] = False  # nothing predicts the first token
-    return batch, dropped, trained
-
-
-def nll(logprobs: jax.Array, trained: np.ndarray) -> tuple[float, int]:
-    """(mean negative log-likelihood of the trained tokens, their count)."""
-    count = int(trained.sum())
-    total = float(-jnp.sum(jnp.where(trained, logprobs, 0.0)))
-    return total / max(count, 1), count
-
-
-def heldout_nll(learner: Learner, params, episodes: Sequence[Episode], pad_token_id: int,
-                max_len: int, batch_size: int) -> float:
-    """The NLL of every expert token of `episodes`, in batches."""
-    total = count = 0.0
-    for first in range(0, len(episodes), batch_size):
-        batch, _, trained = sft_batch(episodes[first:first + batch_size], pad_token_id, max_len)
-        mean, n = nll(learner.logprobs(params, batch.tokens), trained)
-        total, count = total + mean * n, count + n
-    return total / max(count, 1)
-
-
-def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[dict]:
-    """Runs ``config.steps`` steps in ``config.run_dir`` (resuming from its last checkpoint);
-    returns the metrics of the steps it ran. Without a run directory, a temporary one is used
-    and removed at the end.
-
-    Raises:
-      ValueError: as `prover_jax.train.train`, for the run directory and the environment.
-    """
-    env = demonstrating_env(config.env)
-    with run_or_temporary(config.run_dir, "sft-", log) as directory:
-        return _sft(config, env, cfg, params, tokenizer, directory, log)
-
-
 def demonstrating_env(name: str) -> envs.Env:
     """A new environment ``name``; ValueError when it has no expert to learn from."""
     env = envs.make(name)
     if not env.has_expert:
         raise ValueError(f"{name} has no expert to learn from")
     return env
-
-
-def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Path,
-         log) -> list[dict]:
-    if jax.process_count() > 1:
-        raise ValueError("SFT runs in one process (its demonstrations are not split over "
-                         "processes yet); train the warm start on one host, then --init from it")
-    learner = Learner(cfg, config.learner, build_mesh(config.mesh))
-    row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
-    run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, "sft")
-    state = run_dir.state
-    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise, config.reply)
-    expert = DemonstrationPolicy(tokenizer, env.instruction(), reply=config.reply)
-    pad = policy.format.end_of_turn if tokenizer.pad_token_id is None else tokenizer.pad_token_id
-    max_len = cfg.max_position_embeddings
-    train_tasks = env.tasks(task_split(env, config.split))
-    heldout_tasks = env.tasks(eval_split(env, config.evaluation.split))
-    slots = min(64, config.demonstrations)
-    with EnvPool(config.env, slots, config.workers) as pool, deferred_signals() as received:
-        rng = random.Random(config.seed)
-        chosen = [task_at(train_tasks, i, config.seed) for i in range(config.demonstrations)]
-        demos = demonstrations(pool, policy, chosen, rng, config.max_actions)
-        heldout = demonstrations(pool, expert, heldout_tasks[: config.heldout], rng,
-                                 config.max_actions)
-        log(f"{len(demos)} demonstrations ({np.mean([e.reward for e in demos]):.0%} solved, "
-            f"{np.mean([e.num_turns for e in demos]):.1f} actions), {len(heldout)} held out")
-        while int(state.step) < config.steps:
-            step, laps = int(state.step), Laps()
-            position = int(state.data_position)
-            episodes = [task_at(demos, position + i, config.seed)
-                        for i in range(config.batch_size)]
-            batch, dropped, trained = sft_batch(episodes, pad, max_len, row_multiple)
-            old = learner.logprobs(state.params, batch.tokens)
-            loss, tokens = nll(old, trained)
-            state, metrics = learner.train_step(state, TrainBatch(
-                batch, jnp.asarray(trained, jnp.float32), old, dropped=dropped))
-            state = dataclasses.replace(state, data_position=jax.device_put(
-                np.int32(position + config.batch_size), state.data_position.sharding))
-            metrics = jax.device_get(metrics)
-            laps.lap("learner")
-            last = step + 1 == config.steps
-            run_dir.checkpoint(state, config.checkpoint_every)
-            laps.lap("checkpoint")
-            row = {"step": step, "sft/nll": loss, "sft/tokens": float(tokens),
-                   **{f"learner/{k}": float(metrics[k]) for k in ("grad_norm", "lr", "entropy")}}
-            if (config.eval_every and (step + 1) % config.eval_every == 0) or last:
-                row["sft/heldout_nll"] = heldout_nll(learner, state.params, heldout, pad,
-                                                     max_len, config.batch_size)
-                settings = dataclasses.replace(config.evaluation,
-                                               max_actions=config.max_actions)
-                results = evaluate_model(pool, to_sampler(state.params, cfg, learner.mesh), cfg,
-                                         tokenizer, settings, heldout_tasks[: settings.tasks])
-                row.update({f"eval/{mode}/{k}": v for mode, metrics in results.items()
-                            for k, v in metrics.items()})
-                laps.lap("eval")
-            row.update({f"time/{k}_s": v for k, v in laps.seconds.items()})
-            run_dir.write(row, nll=f"{loss:.3f}")
-            run_dir.stop_if_signalled(state, received(), config.run_dir)
-    return run_dir.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -275,12 +102,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         config = load_config(SftConfig, args.config, overrides(args, SHORTHANDS))
         demonstrating_env(config.env)
-        cfg, params, tokenizer = initial_model(config)
+        # JAX, the model and the environments' workers load here, for a config that is valid
+        from prover_jax import sft_trainer, trainer
+
+        cfg, params, tokenizer = trainer.initial_model(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     compile_cache.enable()
     with exit_when_interrupted():
-        sft(config, cfg, params, tokenizer)
+        sft_trainer.sft(config, cfg, params, tokenizer)
 
 
 SHORTHANDS = {"env": str, "steps": int, "demonstrations": int, "noise": float,

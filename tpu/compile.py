@@ -41,7 +41,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tpu import plan, roofline, topology
-from tpu.mesh import AXES, BATCH_AXES, LEARNER_RULES, SAMPLER_RULES, MeshConfig, parse
+from tpu.mesh import LEARNER_RULES, SAMPLER_RULES
+from tpu.mesh_config import AXES, BATCH_AXES, MeshConfig, parse
 
 GiB = 2**30
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")

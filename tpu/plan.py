@@ -52,7 +52,8 @@ from models.qwen.deltanet import CHUNK
 from models.qwen.model import ATTENTION_BLOCK
 from models.qwen.params import ArrayInfo
 from tpu import roofline
-from tpu.mesh import AXES, BATCH_AXES, LEARNER_RULES, SAMPLER_RULES, MeshConfig, parse
+from tpu.mesh import LEARNER_RULES, SAMPLER_RULES
+from tpu.mesh_config import AXES, BATCH_AXES, MeshConfig, parse
 
 GiB = 2**30
 

@@ -14,7 +14,7 @@ import numpy as np
 from vict_jax.audit import Audit
 from vict_jax.core import ABSTENTIONS
 from vict_jax.pipeline import GroupCredit
-from vict_jax.redistribute import Redistributed, eligibility_violations
+from vict_jax.redistribution import Redistributed, eligibility_violations
 
 ATOM_ABSTENTIONS = ("too-few-supported", "zero-scale", "terminal-only", "missing-proof-support")
 

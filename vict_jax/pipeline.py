@@ -2,7 +2,7 @@
 
 ``credit_group`` traces every rollout of a group (all on the same task), checks that the
 verifier reconstructs each rollout's reward, finds each rollout's core and marginals, and
-returns the arrays of :func:`vict_jax.redistribute.redistribute` for those rows: signed
+returns the arrays of :func:`vict_jax.redistribution.redistribute` for those rows: signed
 marginals ``delta [N, M]``, the eligibility gate ``[N, M]`` and witness weights
 ``omega [N, T_i, M]``. ``batch_inputs`` stacks groups into the padded batch layout of
 ``prover_jax.batch.pack`` (rows in group order). ``proof_records`` lists, after the kernel,

@@ -2,33 +2,20 @@
 
 Kernels take `[B]` / `[B, T]` arrays and return per-trajectory `[B]` or per-turn `[B, T]`
 advantages; `to_tokens` moves either to the `[B, L]` token grid. Padding rows (group id -1),
-padding turns and non-policy tokens always get exactly 0.
+padding turns and non-policy tokens always get exactly 0. The names below load at first use
+(`prover_jax.lazy`): the registry (`get`, `names`, `register`) without JAX, the kernels with it.
 """
 
-from prover_jax.credit.criticsearch import criticsearch
-from prover_jax.credit.gigpo import (
-    anchor_ids_from_observations,
-    discounted_returns,
-    episode_advantage,
-    gigpo,
-)
-from prover_jax.credit.outcome import grpo, rloo
-from prover_jax.credit.prover import prover
-from prover_jax.credit.registry import (
-    Credit,
-    CreditMethod,
-    compute,
-    get,
-    names,
-    parts,
-    register,
-)
-from prover_jax.credit.spo import spo_chain, spo_chain_segments, spo_tree, spo_tree_values
-from prover_jax.credit.tokens import high_prob_mask, per_turn, to_tokens
+from prover_jax.lazy import exports
 
-__all__ = [
-    "Credit", "CreditMethod", "anchor_ids_from_observations", "compute", "criticsearch",
-    "discounted_returns", "episode_advantage", "get", "gigpo", "grpo", "high_prob_mask", "names",
-    "parts", "per_turn", "prover", "register", "rloo", "spo_chain", "spo_chain_segments",
-    "spo_tree", "spo_tree_values", "to_tokens",
-]
+_SOURCES = {
+    "Credit": "registry", "CreditMethod": "registry", "get": "registry", "names": "registry",
+    "register": "registry", "compute": "methods", "parts": "methods",
+    "criticsearch": "critic_labels", "anchor_ids_from_observations": "step_groups",
+    "discounted_returns": "step_groups", "episode_advantage": "step_groups",
+    "gigpo": "step_groups", "grpo": "outcome", "rloo": "outcome", "prover": "segment_bonus",
+    "spo_chain": "spo", "spo_chain_segments": "spo", "spo_tree": "spo", "spo_tree_values": "spo",
+    "high_prob_mask": "tokens", "per_turn": "tokens", "to_tokens": "tokens",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = exports(__name__, _SOURCES)

@@ -143,7 +143,7 @@ def proposal_records(ctx: HostContext, result: Any) -> list[dict]:
 
 def gigpo_host(options: HostOptions, config: Any) -> HostSide:
     """GiGPO: anchor ids from the observation each turn acted on, per group."""
-    from prover_jax.credit.gigpo import anchor_ids_from_observations, step_group_stats
+    from prover_jax.credit.step_groups import anchor_ids_from_observations, step_group_stats
 
     del config
 

@@ -7,15 +7,13 @@ row of a group whose rewards are all equal (the mean is subtracted exactly, not 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays, check_choice, kernel
+from prover_jax.checks import check_arrays, kernel
+from prover_jax.config import check_choice
+from prover_jax.credit.registry import Scale
 from prover_jax.credit.segments import dense_ids, segment_stats
-
-Scale = Literal["none", "std"]
 
 
 def group_stats(rewards: jax.Array, group_ids: jax.Array):

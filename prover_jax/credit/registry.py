@@ -4,7 +4,9 @@ A `CreditMethod` names the extra per-batch arrays its host side must produce (wi
 checked before the kernel runs), its frozen config type, and a `compute` function from the batch,
 those arrays and the config to per-turn advantages. Built-in methods register below; other
 packages add theirs through the `prover_jax.credit_methods` entry-point group (VICT does), so this
-package never imports them.
+package never imports them. The built-in methods' functions (`prover_jax.credit.methods`) load
+at their first call: the registry, its names and its config types load without JAX, so a
+command line checks `--credit` and `credit_config` before anything heavy loads.
 
 Every method also reports its trajectory-level *outcome* component (GRPO, or GiGPO's episode
 advantage): VICT takes the sign of its base from it (SPEC §4.5, eq. 10).
@@ -15,23 +17,19 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-from prover_jax.batch import Batch
-from prover_jax.checks import check_arrays, check_int32_range
-from prover_jax.credit.criticsearch import criticsearch
-from prover_jax.credit.gigpo import episode_advantage, gigpo
 from prover_jax.credit.hosts import BUILT_IN as BUILT_IN_HOSTS
 from prover_jax.credit.hosts import HostFactory
-from prover_jax.credit.outcome import Scale, grpo, rloo
-from prover_jax.credit.prover import prover
-from prover_jax.credit.spo import spo_chain, spo_tree
-from prover_jax.credit.tokens import high_prob_mask, per_turn, to_tokens
+from prover_jax.lazy import Deferred
 
+if TYPE_CHECKING:
+    import jax
+
+    from prover_jax.batch import Batch
+
+METHODS = "prover_jax.credit.methods"
+Scale = Literal["none", "std"]  # GRPO's outcome scaling: mean-centred, or also std-divided
 ENTRY_POINT_GROUP = "prover_jax.credit_methods"
 
 
@@ -123,75 +121,6 @@ def get(name: str) -> CreditMethod:
     return _REGISTRY[name]
 
 
-def check_inputs(method: CreditMethod, batch: Batch, inputs: Mapping[str, Any],
-                 config: Any) -> None:
-    """Raises a ValueError naming any missing, unexpected, mis-shaped, non-finite or
-    out-of-range input (the batch's rewards included)."""
-    missing = sorted(set(method.inputs) - set(inputs))
-    if missing:
-        raise ValueError(f"credit method {method.name!r} needs inputs {missing}")
-    extra = sorted(set(inputs) - set(method.inputs))
-    if extra:
-        raise ValueError(f"credit method {method.name!r} does not take inputs {extra}")
-    specs = {"turn_valid": (batch.turn_valid, "b t", "b")}
-    specs.update({name: (inputs[name], spec, kind) for name, (spec, kind) in method.inputs.items()})
-    check_arrays(specs)
-    for name, value in {"rewards": batch.rewards, **inputs}.items():
-        check_int32_range(name, value)
-        value = np.asarray(value)
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            raise ValueError(f"{name}: must be finite, got non-finite values at "
-                             f"{np.argwhere(~np.isfinite(value))[:4].tolist()}")
-    if method.check_values is not None:
-        method.check_values(batch, inputs, config)
-
-
-def compute(name: str, batch: Batch, inputs: Mapping[str, Any] | None = None,
-            config: Any = None) -> Credit:
-    """Resolves `name`, checks the inputs and returns the batch's advantages.
-
-    Args:
-      name: a registered method name.
-      batch: the padded Batch.
-      inputs: the method's extra arrays (see `get(name).inputs`).
-      config: an instance of the method's config type, or None for its defaults.
-
-    Returns:
-      Credit with per-turn [B, T], token [B, L] and outcome [B] advantages.
-    """
-    method = get(name)
-    inputs = dict(inputs or {})
-    config = method.config_type() if config is None else config
-    if not isinstance(config, method.config_type):
-        raise TypeError(f"config for {name!r} must be {method.config_type.__name__}, "
-                         f"got {type(config).__name__}")
-    check_inputs(method, batch, inputs, config)
-    turns, outcome = method.compute(batch, inputs, config)
-    return Credit(turns, to_tokens(turns, batch.turn_ids, batch.loss_mask), outcome)
-
-
-def parts(name: str, batch: Batch, inputs: Mapping[str, Any], config: Any,
-          credited: Credit) -> dict[str, jax.Array]:
-    """Where method `name`'s per-turn advantages come from, as `compute` returned them
-    (`credited`): float32 [B, T] arrays that sum to ``credited.per_turn``.
-
-    "outcome" is the trajectory-level advantage on every valid turn (GRPO's flat credit); then
-    what a composition's base adds to it (under the base's name, e.g. "prover") and what the
-    method itself adds (under its name, or a composition's under the part after its base's,
-    e.g. "vict"). `config` is the one `compute` was given (None: the defaults).
-    """
-    method = get(name)
-    config = method.config_type() if config is None else config
-    outcome = per_turn(credited.outcome, batch.turn_valid)
-    if method.base is None:
-        return {"outcome": outcome, name: credited.per_turn - outcome}
-    base = get(method.base)
-    below = compute(method.base, batch, {k: inputs[k] for k in base.inputs},
-                    config.base).per_turn
-    return {"outcome": outcome, method.base: below - outcome,
-            name.removeprefix(method.base + "+"): credited.per_turn - below}
-
-
 # ----------------------------------------------------------------------------- built-in methods
 
 
@@ -269,154 +198,39 @@ class CriticSearchConfig(GrpoConfig):
     critic_weight: float = 0.25
 
 
-def outcome_of(batch: Batch, config: GrpoConfig) -> jax.Array:
-    """GRPO outcome advantage [B] of a batch under a GRPO-based config."""
-    return grpo(batch.rewards, batch.group_ids, config.scale, config.eps)
-
-
-def _grpo(batch, inputs, config):
-    del inputs
-    outcome = outcome_of(batch, config)
-    return per_turn(outcome, batch.turn_valid), outcome
-
-
-def _rloo(batch, inputs, config):
-    del inputs, config
-    outcome = rloo(batch.rewards, batch.group_ids)
-    return per_turn(outcome, batch.turn_valid), outcome
-
-
-def _prover(batch, inputs, config):
-    outcome = outcome_of(batch, config)
-    turns = prover(outcome, batch.turn_valid, inputs["seg_start"], inputs["seg_end"],
-                   inputs["delta"], config.lam)
-    return turns, outcome
-
-
-def _check_prover(batch: Batch, inputs, config: ProverConfig) -> None:
-    """SPEC §2 validity of every measured segment: 0 <= l <= r <= T_i - 2, length <= max."""
-    delta = np.asarray(inputs["delta"])
-    start, end = np.asarray(inputs["seg_start"]), np.asarray(inputs["seg_end"])
-    n_turns = np.asarray(batch.turn_valid).sum(1)
-    checks = {
-        "start < 0 or start > end": (start < 0) | (start > end),
-        "ends on the terminal turn": end > n_turns - 2,
-        f"longer than {config.max_segment_turns} turns": end - start + 1 > config.max_segment_turns,
-    }
-    for problem, bad in checks.items():
-        bad = bad & (delta != 0)
-        if bad.any():
-            raise ValueError(f"seg_start/seg_end: segment {problem} where delta != 0 at rows "
-                             f"{np.flatnonzero(bad)[:8].tolist()}")
-
-
-def _gigpo(batch, inputs, config):
-    turns = gigpo(batch.rewards, batch.group_ids, inputs["anchor_ids"], batch.turn_valid,
-                  None, config.gamma, config.omega, config.mode, config.episode_stats,
-                  config.eps)
-    outcome = episode_advantage(batch.rewards, batch.group_ids, batch.turn_valid, config.mode,
-                                config.episode_stats, config.eps)
-    return turns, outcome
-
-
-def _check_gigpo(batch: Batch, inputs, config) -> None:
-    del config
-    anchors = np.asarray(inputs["anchor_ids"])
-    valid = np.asarray(batch.turn_valid)
-    groups = np.broadcast_to(np.asarray(batch.group_ids)[:, None], anchors.shape)[valid]
-    ids = anchors[valid]
-    if ((ids < 0) | (ids >= anchors.size)).any():
-        raise ValueError(f"anchor_ids: valid turns need ids in [0, {anchors.size})")
-    pairs = np.unique(np.stack([ids, groups]), axis=1)
-    if np.unique(pairs[0]).size != pairs.shape[1]:
-        raise ValueError("anchor_ids: an id is shared by two task groups; ids must name a "
-                         "(group, state) pair (see anchor_ids_from_observations)")
-
-
-def _spo_chain(batch, inputs, config):
-    outcome = outcome_of(batch, config)
-    turns = spo_chain(outcome, batch.rewards, batch.group_ids, batch.turn_valid,
-                      inputs["boundary_values"], inputs["spo_applies"], config.gamma,
-                      config.num_segments)
-    return turns, outcome
-
-
-def _spo_tree(batch, inputs, config):
-    outcome = outcome_of(batch, config)
-    turns = spo_tree(outcome, batch.turn_valid, inputs["tree_ids"], inputs["turn_nodes"],
-                     inputs["tree_parents"], inputs["tree_leaf_rewards"])
-    return turns, outcome
-
-
-def _check_spo_tree(batch: Batch, inputs, config) -> None:
-    del batch, config
-    parents = np.asarray(inputs["tree_parents"])
-    nodes = np.arange(parents.shape[1])[None, :]
-    if ((parents >= nodes) | (parents < -1)).any():
-        raise ValueError("tree_parents: each parent must be -1 or an earlier node index")
-    n_trees = parents.shape[0]
-    tree_ids = np.asarray(inputs["tree_ids"])
-    if ((tree_ids < -1) | (tree_ids >= n_trees)).any():
-        raise ValueError(f"tree_ids: values must be in [-1, {n_trees})")
-    turn_nodes = np.asarray(inputs["turn_nodes"])
-    if ((turn_nodes < -1) | (turn_nodes >= parents.shape[1])).any():
-        raise ValueError(f"turn_nodes: values must be in [-1, {parents.shape[1]})")
-
-
-def _confident_tokens(batch, inputs, config, old_logprobs):
-    """SPO's mask: tokens the sampler drew with probability >= `config.confident_prob`."""
-    del inputs
-    return high_prob_mask(old_logprobs, batch.loss_mask, config.confident_prob)
-
-
-def _spo_tree_dropped(batch, inputs, config, old_logprobs):
-    """The confident tokens, and a tree row's turns of branches another row trains."""
-    turn_nodes = jnp.asarray(inputs["turn_nodes"])
-    safe = jnp.clip(batch.turn_ids, 0, turn_nodes.shape[1] - 1)
-    elsewhere = jnp.take_along_axis(turn_nodes, safe, axis=1) < 0
-    in_tree = (jnp.asarray(inputs["tree_ids"]) >= 0)[:, None]
-    return (_confident_tokens(batch, inputs, config, old_logprobs)
-            | (batch.loss_mask & elsewhere & in_tree))
-
-
-def _criticsearch(batch, inputs, config):
-    outcome = outcome_of(batch, config)
-    turns = criticsearch(outcome, batch.group_ids, batch.turn_valid, inputs["critic_labels"],
-                         inputs["critic_labelled"], config.outcome_weight, config.critic_weight)
-    return turns, outcome
-
-
-def _check_criticsearch(batch: Batch, inputs, config) -> None:
-    del batch, config
-    labels = np.asarray(inputs["critic_labels"])
-    if not np.isin(labels, (-1, 0, 1)).all():
-        raise ValueError("critic_labels: values must be -1, 0 or +1")
+def _of_methods(name: str) -> Deferred:
+    """`prover_jax.credit.methods`' function `name`, loaded at its first call."""
+    return Deferred(METHODS, name)
 
 
 for _method in (
-    CreditMethod("grpo", _grpo, {}, GrpoConfig, "GRPO, mean-centred (or std-scaled) outcome"),
-    CreditMethod("budget-matched-grpo", _grpo, {}, BudgetMatchedConfig,
+    CreditMethod("grpo", _of_methods("grpo_turns"), {}, GrpoConfig,
+                 "GRPO, mean-centred (or std-scaled) outcome"),
+    CreditMethod("budget-matched-grpo", _of_methods("grpo_turns"), {}, BudgetMatchedConfig,
                  "GRPO with a group-size schedule matching another run's rollout budget",
                  rollouts="scheduled-groups"),
-    CreditMethod("rloo", _rloo, {}, GrpoConfig, "leave-one-out outcome baseline"),
-    CreditMethod("prover", _prover,
+    CreditMethod("rloo", _of_methods("rloo_turns"), {}, GrpoConfig,
+                 "leave-one-out outcome baseline"),
+    CreditMethod("prover", _of_methods("prover_turns"),
                  {"seg_start": ("b", "i"), "seg_end": ("b", "i"), "delta": ("b", "f")},
                  ProverConfig, "GRPO + verified positive segment advantage (ProVer eq. 4)",
-                 _check_prover),
-    CreditMethod("gigpo", _gigpo, {"anchor_ids": ("b t", "i")}, GigpoConfig,
-                 "episode + anchor-state step advantage (GiGPO)", _check_gigpo),
-    CreditMethod("spo-chain", _spo_chain,
+                 _of_methods("check_prover")),
+    CreditMethod("gigpo", _of_methods("gigpo_turns"), {"anchor_ids": ("b t", "i")},
+                 GigpoConfig, "episode + anchor-state step advantage (GiGPO)",
+                 _of_methods("check_gigpo")),
+    CreditMethod("spo-chain", _of_methods("spo_chain_turns"),
                  {"boundary_values": ("b s", "f"), "spo_applies": ("b", "b")},
                  SpoChainConfig, "segment advantages from Monte-Carlo boundary values",
-                 dropped_tokens=_confident_tokens),
-    CreditMethod("spo-tree", _spo_tree,
+                 dropped_tokens=_of_methods("confident_tokens")),
+    CreditMethod("spo-tree", _of_methods("spo_tree_turns"),
                  {"tree_parents": ("g n", "i"), "tree_leaf_rewards": ("g n", "f"),
                   "tree_ids": ("b", "i"), "turn_nodes": ("b t", "i")},
-                 SpoTreeConfig, "branch advantages of a 2-2-2 rollout tree", _check_spo_tree,
-                 rollouts="trees", dropped_tokens=_spo_tree_dropped),
-    CreditMethod("criticsearch", _criticsearch,
+                 SpoTreeConfig, "branch advantages of a 2-2-2 rollout tree",
+                 _of_methods("check_spo_tree"), rollouts="trees",
+                 dropped_tokens=_of_methods("spo_tree_dropped")),
+    CreditMethod("criticsearch", _of_methods("criticsearch_turns"),
                  {"critic_labels": ("b t", "i"), "critic_labelled": ("b", "b")},
                  CriticSearchConfig, "0.75 GRPO + 0.25 LLM-critic turn labels",
-                 _check_criticsearch),
+                 _of_methods("check_criticsearch")),
 ):
     register(dataclasses.replace(_method, host=BUILT_IN_HOSTS.get(_method.name)))

@@ -2,32 +2,18 @@
 
 `Learner(model_cfg, LearnerConfig(...), mesh)` compiles `train_step(state, TrainBatch)` and
 `logprobs(params, tokens)`; `Checkpoints(directory)` saves and restores a `TrainState`.
+The names below load at first use (`prover_jax.lazy`): the configs without JAX.
 """
 
-from prover_jax.learner.checkpoint import Checkpoints
-from prover_jax.learner.config import LearnerConfig, LossConfig, OptimizerConfig
-from prover_jax.learner.loss import (
-    head_logprobs,
-    loss_weights,
-    next_token_logprobs,
-    policy_loss,
-    token_terms,
-    trained_tokens,
-    weighted_loss,
-)
-from prover_jax.learner.step import (
-    Learner,
-    TrainBatch,
-    TrainState,
-    head_positions,
-    policy_logprobs,
-    train_step,
-    validate_train_batch,
-)
+from prover_jax.lazy import exports
 
-__all__ = [
-    "Checkpoints", "Learner", "LearnerConfig", "LossConfig", "OptimizerConfig", "TrainBatch",
-    "TrainState", "head_logprobs", "head_positions", "loss_weights", "next_token_logprobs",
-    "policy_logprobs", "policy_loss", "token_terms", "train_step", "trained_tokens",
-    "validate_train_batch", "weighted_loss",
-]
+_SOURCES = {
+    "Checkpoints": "checkpoint", "LearnerConfig": "config", "LossConfig": "config",
+    "OptimizerConfig": "config", "head_logprobs": "loss", "loss_weights": "loss",
+    "next_token_logprobs": "loss", "policy_loss": "loss", "token_terms": "loss",
+    "trained_tokens": "loss", "weighted_loss": "loss", "Learner": "step", "TrainBatch": "step",
+    "TrainState": "step", "head_positions": "step", "policy_logprobs": "step",
+    "train_step": "step", "validate_train_batch": "step",
+}
+__all__ = sorted(_SOURCES)
+__getattr__ = exports(__name__, _SOURCES)

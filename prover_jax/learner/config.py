@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from prover_jax.checks import check_choice
+from prover_jax.config import check_choice
 
 Aggregation = Literal["token-mean", "sequence-mean", "dr-grpo"]
 KlEstimator = Literal["k1", "k3"]

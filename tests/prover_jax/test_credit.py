@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prover_jax import credit
-from prover_jax.credit.gigpo import step_group_stats
+from prover_jax.credit.step_groups import step_group_stats
 from tests import reference as ref
 from tests.conftest import batches
 

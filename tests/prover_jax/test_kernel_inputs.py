@@ -14,8 +14,8 @@ import pytest
 
 from prover_jax import credit
 from prover_jax.batch import Batch
-from prover_jax.credit.gigpo import discounted_returns
-from vict_jax.redistribute import redistribute
+from prover_jax.credit.step_groups import discounted_returns
+from vict_jax.redistribution import redistribute
 
 B, T, M, L = 8, 6, 3, 12
 GROUP_IDS = np.repeat(np.arange(2), 4).astype(np.int32)  # rows 0-3: group 0, rows 4-7: group 1

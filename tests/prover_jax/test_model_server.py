@@ -30,7 +30,8 @@ from prover_jax.judges.agentic import AgenticConfig, AgenticJudge
 from prover_jax.judges.critic import Critic, CriticConfig
 from prover_jax.server import ChatRequest, serve
 from prover_jax.server.model import ModelBackend, parse_tool_calls
-from prover_jax.train import TinyModel, tiny
+from prover_jax.train import TinyModel
+from prover_jax.trainer import tiny
 from tests.prover_jax.test_judges import FAILURES, SUCCESS
 
 ROOT = Path(__file__).resolve().parents[2]

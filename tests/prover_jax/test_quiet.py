@@ -35,7 +35,7 @@ IMPORTS_THEN_BACKEND = """
 import bm25s
 from jax._src import xla_bridge
 started = xla_bridge.backends_are_initialized()
-import prover_jax.train, envs.webshop, envs.searchqa, envs.searchqa.retrieval
+import prover_jax.trainer, envs.webshop, envs.searchqa, envs.searchqa.retrieval
 print(started, xla_bridge.backends_are_initialized())
 """
 

@@ -18,15 +18,10 @@ from prover_jax import evaluate, runs
 from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import LearnerConfig, OptimizerConfig
 from prover_jax.model_policy import parse_action
-from prover_jax.sft import (
-    DemonstrationPolicy,
-    SftConfig,
-    demonstrations,
-    reply_text,
-    sft,
-    sft_batch,
-)
-from prover_jax.train import TinyModel, initial_model, tiny
+from prover_jax.sft import SftConfig
+from prover_jax.sft_trainer import DemonstrationPolicy, demonstrations, reply_text, sft, sft_batch
+from prover_jax.train import TinyModel
+from prover_jax.trainer import initial_model, tiny
 
 ENV = "household-small"
 SMALL = TinyModel(vocab_size=512, tokenizer_episodes=10)

@@ -27,14 +27,16 @@ from prover_jax.train import (
     check_run_config,
     closing_lines,
     credit_lines,
-    environment_texts,
     main,
+    write_run_config,
+)
+from prover_jax.trainer import (
+    environment_texts,
     step_line,
     task_split,
     tiny_model,
     tiny_tokenizer,
     train,
-    write_run_config,
 )
 
 

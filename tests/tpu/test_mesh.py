@@ -19,9 +19,9 @@ from tpu.mesh import (
     build_mesh,
     cache_shardings,
     from_process_local,
-    parse,
     to_sampler,
 )
+from tpu.mesh_config import parse
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (fake CPU) devices")
 

@@ -26,7 +26,7 @@ def main(process_id: int, processes: int, port: int, run_dir: str) -> None:
                                                          process_id))
     from jax.experimental import multihost_utils
 
-    from prover_jax.train import initial_model, train
+    from prover_jax.trainer import initial_model, train
     from tests.tpu.test_distributed import TRAIN
 
     config = TRAIN(run_dir)

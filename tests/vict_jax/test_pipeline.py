@@ -27,7 +27,7 @@ from vict_jax.pipeline import (
     proof_records,
     write_records,
 )
-from vict_jax.redistribute import RedistributionConfig, eligibility_violations, redistribute
+from vict_jax.redistribution import RedistributionConfig, eligibility_violations, redistribute
 from vict_jax.trace import proof_graph
 
 SAT, UNSAT, UNK = Status.SAT, Status.UNSAT, Status.UNK

@@ -31,38 +31,18 @@ lambda to 0, silently switching VICT off.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from prover_jax.checks import check_arrays, check_choice, kernel
+from prover_jax.checks import check_arrays, kernel
+from prover_jax.config import check_choice
 from prover_jax.credit.segments import dense_ids, masked_quantiles, segment_median
 from prover_jax.credit.tokens import per_turn
+from vict_jax.config import RedistributionConfig
 
 MAD_TO_STD = 1.4826
-
-
-@dataclasses.dataclass(frozen=True)
-class RedistributionConfig:
-    """Knobs of the redistribution (defaults of SPEC §4.5)."""
-
-    gamma_lambda: float = 1.0
-    center: bool = False  # True: eq. 16 literally, (delta - median) / (1.4826 MAD + eps)
-    min_supported: int = 2  # supported rollouts an atom needs in a group (the paper's 2)
-    norm_eps: float = 1e-8
-    z_eps: float = 1e-8
-    lambda_eps: float = 1e-8
-    clip_quantile: float = 0.95
-    calibration: Literal["nonzero", "all"] = "nonzero"
-    # |A_vict| below this is the residue of corrections that cancel, and counts as zero: whether
-    # a turn is credited must not depend on float rounding.
-    zero_tol: float = 1e-6
-
-    def __post_init__(self):
-        if self.min_supported < 1:
-            raise ValueError(f"min_supported must be >= 1, got {self.min_supported}")
 
 
 class Normalised(NamedTuple):

@@ -34,7 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prover_jax.checks import check_arrays, check_choice, kernel
+from prover_jax.checks import check_arrays, kernel
+from prover_jax.config import check_choice
 from prover_jax.credit.segments import dense_ids, segment_stats
 
 Mode = Literal["mean_norm", "mean_std_norm"]
