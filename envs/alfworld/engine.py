@@ -16,6 +16,8 @@ import os
 import re
 import sys
 import tempfile
+import types
+from collections.abc import Iterable
 
 # Importing alfworld creates its data folder (~/.cache/alfworld by default). Games here come
 # from memory or from a folder the caller names, so a scratch folder will do; a user's own
@@ -27,6 +29,7 @@ try:
     import textworld
     import textworld.envs.pddl.textgen as textgen
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from alfworld.agents.utils.misc import Demangler
     from alfworld.gen import constants, goal_library
     from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
     from textworld.envs import PddlEnv
@@ -100,6 +103,14 @@ def _argv_kept():
         sys.argv[:] = argv
 
 
+def names(ids: Iterable[str]) -> dict[str, str]:
+    """ALFWorld's names of PDDL ids (``keychain_bar__plus_01_dot_00...``: ``keychain 1``), as
+    its demangler numbers them when a game's facts mention exactly ``ids`` (lower case, as the
+    engine reads them)."""
+    demangler = Demangler(game_infos={i: types.SimpleNamespace(id=i) for i in ids})
+    return {i: demangler.demangle_alfred_name(i).strip() for i in demangler.obj_names}
+
+
 class Engine:
     """One ALFWorld game at a time in textworld's PDDL engine, named as ALFWorld names it."""
 
@@ -146,4 +157,4 @@ class Engine:
 
 
 __all__ = ["MOVE", "NOTHING", "Engine", "constants", "domain_text", "goal_library",
-           "grammar_text"]
+           "grammar_text", "names"]

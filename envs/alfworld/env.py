@@ -10,7 +10,7 @@ holds (reward 1) or after 50 actions (reward 0).
 
 The engine has no snapshot, so a snapshot is the task and the actions taken
 (`envs.base.Replay`, whose ``view`` is what the VICT verifier reads: the engine's PDDL facts,
-the objects the observations have named and those the agent has held) and restoring replays
+the objects the observations have named and how often each was taken) and restoring replays
 them: onward from where the task's engine is when that is a prefix, else from a reset. An
 instance keeps the engines of its last ``LIVE_ENGINES`` tasks loaded, so restoring among the
 groups' tasks does not load a game again (a load parses the game's grammar and domain, about
@@ -41,21 +41,43 @@ LIVE_ENGINES = 8  # games kept loaded per environment instance (each engine hold
 
 class View(NamedTuple):
     """What the verifier reads of a state: the engine's PDDL facts after the last action, the
-    objects some observation has named, and the objects the agent has held."""
+    objects some observation has named, and how often the agent has picked up each object it
+    has held (so the verifier can tell an object's last take, the one whose effect survives,
+    from earlier ones that were put down again)."""
 
     facts: frozenset[Fact]
     seen: frozenset[str]
-    taken: frozenset[str]
+    takes: tuple[tuple[str, int], ...]  # (object, times picked up), sorted; never held: absent
+
+    @property
+    def taken(self) -> frozenset[str]:
+        """The objects the agent has held."""
+        return frozenset(o for o, _ in self.takes)
+
+    def times_taken(self, obj: str) -> int:
+        """How often the agent has picked up ``obj``."""
+        return dict(self.takes).get(obj, 0)
 
 
 def started(facts: frozenset[Fact], intro: str) -> View:
     """The view after a reset with ``facts`` and ``intro``."""
-    return View(facts, named(facts, intro), held(facts))
+    return View(facts, named(facts, intro), took((), held(facts)))
 
 
 def advanced(view: View, facts: frozenset[Fact], observation: str) -> View:
-    """The view after an action that led to ``facts`` and ``observation``."""
-    return View(facts, view.seen | named(facts, observation), view.taken | held(facts))
+    """The view after an action that led to ``facts`` and ``observation``; an object held now
+    and not before was picked up."""
+    return View(facts, view.seen | named(facts, observation),
+                took(view.takes, held(facts) - held(view.facts)))
+
+
+def took(takes: tuple[tuple[str, int], ...], objects: frozenset[str]
+         ) -> tuple[tuple[str, int], ...]:
+    """``takes`` (`View.takes`) with one more take of each of ``objects``."""
+    counts = dict(takes)
+    for o in objects:
+        counts[o] = counts.get(o, 0) + 1
+    return tuple(sorted(counts.items()))
 
 
 def held(facts: frozenset[Fact]) -> frozenset[str]:

@@ -47,11 +47,22 @@ def _read(tokens: list[str], i: int) -> tuple[Formula, int]:
 
 def goal(problem: str) -> Formula:
     """The ``:goal`` formula of a PDDL problem's text."""
-    start = problem.lower().find("(:goal")
-    if start < 0:
-        raise ValueError("pddl: the problem has no (:goal ...)")
-    _, formula = parse(problem[start:])
+    _, formula = _section(problem, ":goal")
     return formula
+
+
+def initial_facts(problem: str) -> frozenset[Fact]:
+    """The ``:init`` facts of a PDDL problem's text, in lower case with the problem's ids
+    (``("objecttype", "apple_bar__plus_01_dot_00...", "appletype")``)."""
+    return frozenset(_section(problem, ":init")[1:])
+
+
+def _section(problem: str, name: str) -> tuple:
+    """The ``(name ...)`` section of a PDDL problem's text."""
+    start = problem.lower().find(f"({name}")
+    if start < 0:
+        raise ValueError(f"pddl: the problem has no ({name} ...)")
+    return parse(problem[start:])
 
 
 def typed(variables: tuple) -> list[tuple[str, str]]:

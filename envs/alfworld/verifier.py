@@ -10,6 +10,15 @@ lamp of the task's type is toggled; UNK until one was seen) and ``in_light`` (ho
 object where a toggled lamp is). Their chains are household's (`envs.household.verifier`), so
 credit lands on the same kinds of actions in both.
 
+As in household, the evidence is per goal object: ``taken:<object>`` (how often it was picked
+up, `envs.alfworld.env.View.takes`), ``placed:<object>`` (it is in a receptacle of the target
+type) and ``flag:<object>`` (it has the transformation). A write edge goes to the last action
+that changed a variable (``vict_jax.trace``), so each object's own last take, transformation
+and put are the witnesses: with one set over all goal objects, the second object of a pick-two
+task would overwrite the first's writes, and an "ever held" set would credit the first take of
+an object that was put down and taken again. The goal objects are named from the game's PDDL
+problem as the engine names them (`goal_objects`).
+
 The task's parameters (object type, target type, lamp type, transformation, one or two
 objects) are read from the game's own PDDL goal, so the verifier works on generated games and
 on a user's ALFWorld data alike. The score ``V`` evaluates that goal formula on the facts
@@ -25,8 +34,8 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 
-from envs.alfworld import pddl
-from envs.alfworld.engine import MOVE
+from envs.alfworld import engine, pddl
+from envs.alfworld.env import took
 from envs.alfworld.pddl import Fact
 from envs.base import Replay
 from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier, check_atoms
@@ -84,30 +93,43 @@ def kind_of(name: str) -> str:
     return name.rsplit(" ", 1)[0].replace(" ", "") + "type"
 
 
+def goal_objects(problem: str, kind: str) -> tuple[str, ...]:
+    """The names of a PDDL problem's objects of type ``kind`` (``appletype``), sorted, as the
+    engine names them (``apple 1``; the ids of the problem's facts are the engine's)."""
+    facts = pddl.initial_facts(problem)
+    names = engine.names({term for fact in facts for term in fact[1:] if isinstance(term, str)})
+    return tuple(sorted(names[f[1]] for f in facts if f[0] == "objecttype" and f[2] == kind))
+
+
 @functools.lru_cache(maxsize=256)
 def verifier_of(problem: str) -> AlfworldVerifier:
     """The verifier of the game whose PDDL problem is ``problem`` (cached: VICT asks for the
     verifier of every group's task at every step)."""
-    return AlfworldVerifier(pddl.goal(problem))
+    formula = pddl.goal(problem)
+    return AlfworldVerifier(formula, goal_objects(problem, goal_of(formula).obj))
 
 
 class AlfworldVerifier(Verifier):
-    """Atoms, evidence, aggregator, commits and mutations of one ALFWorld goal."""
+    """Atoms, evidence, aggregator, commits and mutations of one ALFWorld goal; ``objects``
+    names the game's goal objects (`goal_objects`)."""
 
-    def __init__(self, formula: pddl.Formula):
+    def __init__(self, formula: pddl.Formula, objects: Sequence[str]):
         self.formula = formula
         self.goal = goal_of(formula)
+        self.objects = tuple(objects)
+        self.variables = {kind: tuple(f"{kind}:{o}" for o in self.objects)
+                          for kind in ("taken", "placed", "flag")}
         self.atoms = self._atoms()
         check_atoms(self.atoms)
 
     def _atoms(self) -> tuple[Atom, ...]:
-        g, source = self.goal, "ALFWorld goal (PDDL)"
+        g, source, variables = self.goal, "ALFWorld goal (PDDL)", self.variables
         obj, target = _word(g.obj), _word(g.target)
         found = Atom(f"found:{obj}", Kind.EVIDENCE, Role.PREREQUISITE, "found", ("found",),
                      irreversible=True, source=source,
                      description=f"an observation has named a {obj}")
         acquired = Atom(f"acquired:{obj}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                        ("taken",), (0,), irreversible=True, source=source,
+                        variables["taken"], (0,), irreversible=True, source=source,
                         description=f"a {obj} has been held")
         if g.task_type == "look":
             lamp = _word(g.lamp)
@@ -119,14 +141,14 @@ class AlfworldVerifier(Verifier):
                      ("held", "lamp_here"), (1, 2), source=source,
                      description=f"holding a {obj} where a {lamp} is on"),
             )
-        placed_vars = ("placed", "flag") if g.flag else ("placed",)
+        placed_vars = variables["placed"] + (variables["flag"] if g.flag else ())
         if g.task_type == "pick2":
             return (
                 found, acquired,
                 Atom(f"placed:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
                      (1,), source=source, description=f"a {obj} is in a {target}"),
                 Atom(f"acquired_2:{obj}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                     ("taken",), (1,), irreversible=True, source=source,
+                     variables["taken"], (1,), irreversible=True, source=source,
                      description=f"two {obj}s have been held"),
                 Atom(f"placed_2:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
                      (2, 3), source=source, description=f"two {obj}s are in a {target}"),
@@ -136,7 +158,7 @@ class AlfworldVerifier(Verifier):
         if g.flag:
             word = _WORD[g.task_type]
             chain.append(Atom(f"{word}:{obj}", Kind.STATE, Role.PREREQUISITE, "transformed",
-                              ("flag",), (1,), source=source,
+                              variables["flag"], (1,), source=source,
                               description=f"a {obj} is {word} ({g.flag})"))
         chain.append(Atom(f"placed:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed",
                           placed_vars, (len(chain) - 1,), source=source,
@@ -144,54 +166,54 @@ class AlfworldVerifier(Verifier):
         return tuple(chain)
 
     def evidence(self, state: Replay) -> dict[str, object]:
-        """Φ: sets of goal objects (seen, held once, transformed, in a target receptacle, put
-        there wrongly) and, for look tasks, the lamps seen and on, and what is held where."""
+        """Φ: the per-goal-object variables (module docstring), whether a goal object was
+        found; place tasks: the goal objects seen and the wrong placements; look tasks: the
+        lamps seen and on, and what is held where."""
         view = _view(state)
-        g, facts = self.goal, view.facts
-        goal_objects = _of_type(facts, g.obj)
+        g, facts, goals = self.goal, view.facts, frozenset(self.objects)
+        evidence = {"found": bool(view.seen & goals)}
+        evidence.update({f"taken:{o}": view.times_taken(o) for o in self.objects})
         if g.task_type == "look":
             lamps = _of_type(facts, g.lamp)
             on = frozenset(lamp for lamp in lamps if ("istoggled", lamp) in facts)
             here = _agent_location(facts)
-            return {
-                "found": bool(view.seen & goal_objects),
-                "taken": view.taken & goal_objects,
+            return evidence | {
                 "lit": on,
                 "seen_lamp": bool(view.seen & lamps),
-                "held": frozenset(o for o in goal_objects if _holds(facts, o)),
+                "held": frozenset(o for o in goals if _holds(facts, o)),
                 "lamp_here": frozenset(lamp for lamp in on if _location(facts, lamp) == here),
             }
-        flagged = (frozenset(o for o in goal_objects if (g.flag, o) in facts) if g.flag
-                   else goal_objects)
+        flagged = frozenset(o for o in goals if (g.flag, o) in facts) if g.flag else goals
         in_target = frozenset(f[1] for f in facts if f[0] == "inreceptacle"
                               and ("receptacletype", f[2], g.target) in facts)
-        return {
-            "found": bool(view.seen & goal_objects),
-            "seen": view.seen & goal_objects,
-            "taken": view.taken & goal_objects,
-            "flag": flagged,
-            "placed": in_target & flagged,
+        evidence.update({f"placed:{o}": o in in_target for o in self.objects})
+        evidence.update({f"flag:{o}": o in flagged for o in self.objects})
+        return evidence | {
+            "seen": view.seen & goals,
             # put there by the agent: a goal object without its transformation, or another one
             "misplaced": (in_target & view.taken) - flagged,
         }
 
     def evaluate(self, evidence: Mapping[str, object]) -> tuple[Status, ...]:
-        task_type = self.goal.task_type
+        task_type, variables = self.goal.task_type, self.variables
         found = SAT if evidence["found"] else UNSAT
-        acquired = _at_least(evidence["taken"], 1)
+        taken = sum(evidence[v] > 0 for v in variables["taken"])
+        acquired = _at_least(taken, 1)
         if task_type == "look":
             lit = UNK if not evidence["seen_lamp"] else SAT if evidence["lit"] else UNSAT
             in_light = bool(evidence["held"]) and bool(evidence["lamp_here"])
             return found, acquired, lit, SAT if in_light else UNSAT
-        placed, misplaced = evidence["placed"], bool(evidence["misplaced"])
+        placed = sum(evidence[p] and evidence[f]
+                     for p, f in zip(variables["placed"], variables["flag"]))
+        misplaced = bool(evidence["misplaced"])
         if task_type == "pick2":
-            second = (UNK if len(evidence["seen"]) < 2 and len(evidence["taken"]) < 2
-                      else _at_least(evidence["taken"], 2))
+            second = UNK if len(evidence["seen"]) < 2 and taken < 2 else _at_least(taken, 2)
             return (found, acquired, _placed(placed, 1, misplaced), second,
                     _placed(placed, 2, misplaced))
         if task_type == "pick":
             return found, acquired, _placed(placed, 1, misplaced)
-        return found, acquired, _at_least(evidence["flag"], 1), _placed(placed, 1, misplaced)
+        flagged = sum(evidence[f] for f in variables["flag"])
+        return found, acquired, _at_least(flagged, 1), _placed(placed, 1, misplaced)
 
     def aggregate(self, statuses: Sequence[Status]) -> float:
         """1 when every atom is satisfied, else 0 (ALFWorld's goal is a conjunction)."""
@@ -203,7 +225,7 @@ class AlfworldVerifier(Verifier):
         if self.goal.task_type == "look":
             use = _USE.fullmatch(action.strip())
             return frozenset({3}) if use and kind_of(use[1]) == self.goal.lamp else frozenset()
-        move = MOVE.fullmatch(action.strip())
+        move = engine.MOVE.fullmatch(action.strip())
         if not move or kind_of(move[1]) != self.goal.obj:
             return frozenset()
         return frozenset(j for j, atom in enumerate(self.atoms) if atom.kind == Kind.COMMIT)
@@ -216,9 +238,8 @@ class AlfworldVerifier(Verifier):
         """Wrong receptacle, transformation removed (a premature placement), object swapped
         (a wrong object placed), second object dropped, target never found; look tasks: lamp
         off, object swapped (the goal object put down)."""
-        view, g = _view(state), self.goal
+        view, g, goal_objects = _view(state), self.goal, frozenset(self.objects)
         facts = view.facts
-        goal_objects = _of_type(facts, g.obj)
         out = []
 
         def mutated(name: str, family: str, new_facts: frozenset[Fact], **changes) -> None:
@@ -248,13 +269,13 @@ class AlfworldVerifier(Verifier):
         others = sorted(o for o in _objects(facts) - lamps_and_goals if not _holds(facts, o))
         if placed and elsewhere and others and targets:
             swapped = _moved(_moved(facts, placed, elsewhere), others[:1], targets[0])
-            mutated("object swapped", "placed", swapped, taken=view.taken | {others[0]})
+            mutated("object swapped", "placed", swapped, takes=took(view.takes, {others[0]}))
         if g.task_type == "pick2" and placed and elsewhere:
             mutated("second object dropped", "placed", _moved(facts, placed[-1:], elsewhere))
         if elsewhere:
             unfound = _moved(facts, sorted(goal_objects), elsewhere)
             mutated("target never found", "found", unfound, seen=view.seen - goal_objects,
-                    taken=view.taken - goal_objects)
+                    takes=tuple((o, n) for o, n in view.takes if o not in goal_objects))
         return out
 
 
@@ -310,10 +331,10 @@ def _subject(fact: Fact) -> str | None:
     return fact[2] if fact[0] == "holds" else None
 
 
-def _at_least(objects: frozenset[str], n: int) -> Status:
-    return SAT if len(objects) >= n else UNSAT
+def _at_least(count: int, n: int) -> Status:
+    return SAT if count >= n else UNSAT
 
 
-def _placed(objects: frozenset[str], n: int, misplaced: bool) -> Status:
+def _placed(count: int, n: int, misplaced: bool) -> Status:
     """SAT with ``n`` goal objects placed; else VIOL if a wrong placement is there."""
-    return SAT if len(objects) >= n else VIOL if misplaced else UNSAT
+    return SAT if count >= n else VIOL if misplaced else UNSAT

@@ -7,7 +7,9 @@ current state gets "Nothing happens." and ``valid=False``. The episode ends when
 (reward 1, as ALFWorld checks the goal after every action) or after 50 actions (reward 0).
 
 The episode state is a :class:`State` named tuple of ints and tuples: a snapshot is the tuple
-itself, and restoring is an assignment. Object sets (seen, taken, heated, ...) are bitmasks.
+itself, and restoring is an assignment. Object sets (seen, heated, ...) are bitmasks; ``takes``
+counts how often the agent picked up each object, so the verifier can tell its last take (the
+one whose effect survives) from earlier ones that were put down again.
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ class State(NamedTuple):
     clean: int
     lit: int
     seen: int
-    taken: int
+    takes: tuple[int, ...]  # how many times the agent has picked up each object
     turn: int
     done: bool
+
+    @property
+    def taken(self) -> int:
+        """Bitmask of the objects the agent has picked up at least once."""
+        return sum(1 << o for o, n in enumerate(self.takes) if n)
 
 
 @functools.lru_cache(maxsize=256)
@@ -53,7 +60,8 @@ def world_of(task: Task) -> World:
 
 def initial_state(task: Task, world: World) -> State:
     """The state before the first action."""
-    return State(task, MIDDLE, NOBODY, world.start, 0, 0, 0, 0, 0, 0, 0, 0, 0, False)
+    return State(task, MIDDLE, NOBODY, world.start, 0, 0, 0, 0, 0, 0, 0,
+                 (0,) * len(world.objects), 0, False)
 
 
 def listing(names: list[str]) -> str:
@@ -195,9 +203,10 @@ def _take(world, state, o, r):
     if (state.held != NOBODY or r != state.location or state.object_location[o] != r
             or not is_open(world, state, r) or world.object_types[o] == world_lib.LAMP):
         return None
-    locations = list(state.object_location)
+    locations, takes = list(state.object_location), list(state.takes)
     locations[o] = HELD
-    new = state._replace(held=o, object_location=tuple(locations), taken=state.taken | 1 << o)
+    takes[o] += 1
+    new = state._replace(held=o, object_location=tuple(locations), takes=tuple(takes))
     return new, f"You pick up the {world.objects[o]} from the {world.receptacles[r]}."
 
 

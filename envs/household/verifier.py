@@ -18,6 +18,14 @@ gets a reveal edge). Look tasks are ``found``, ``acquired``, ``lit`` (a lamp is 
 lamp was seen) and ``in_light`` (holding a goal object next to a lit lamp; committed by
 ``use``).
 
+The evidence is per goal object: ``taken:<object>`` (how often it was picked up),
+``placed:<object>`` (it lies in a target receptacle) and ``flag:<object>`` (it has the
+transformation); ``acquired``, ``transformed`` and ``placed`` read those of every goal object.
+A write edge goes to the last action that changed a variable (``vict_jax.trace``), so they make each
+object's own last take, transformation and put the witnesses: with one bitmask over all goal
+objects, the writes of the second object of a pick-two task would overwrite the first's, and an
+"ever taken" mask would credit the first take of an object that was put down and taken again.
+
 These are the ALFWorld families of the VICT paper (Table 10): target object identity and
 receptacle found (``found``), object held (``acquired``), transformation, final placement,
 second-object requirement (``acquired_2``, ``placed_2``), and the wrong-object or
@@ -51,18 +59,21 @@ class HouseholdVerifier(Verifier):
         self.target_mask = world.receptacle_mask(world.target_type) if world.target_type else 0
         self.started_in_target = sum(1 << o for o, r in enumerate(world.start)
                                      if self.target_mask >> r & 1)
+        self.goals = tuple(o for o in range(len(world.objects)) if self.goal_mask >> o & 1)
+        self.variables = {kind: tuple(f"{kind}:{world.objects[o]}" for o in self.goals)
+                          for kind in ("taken", "placed", "flag")}
         self.atoms = self._atoms()
         check_atoms(self.atoms)
 
     def _atoms(self) -> tuple[Atom, ...]:
-        w = self.world
+        w, variables = self.world, self.variables
         goal, target, task_type = w.goal_type, w.target_type, w.task_type
         source = "ALFWorld goal check"
         found = Atom(f"found:{goal}", Kind.EVIDENCE, Role.PREREQUISITE, "found", ("found",),
                      irreversible=True, source=source,
                      description=f"a {goal} has been seen (its receptacle found)")
         acquired = Atom(f"acquired:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                        ("taken",), (0,), irreversible=True, source=source,
+                        variables["taken"], (0,), irreversible=True, source=source,
                         description=f"a {goal} has been picked up")
         if task_type == "look":
             return (
@@ -73,14 +84,14 @@ class HouseholdVerifier(Verifier):
                      ("held", "lamp_here"), (1, 2), source=source,
                      description=f"holding a {goal} next to a lit desklamp"),
             )
-        placed_vars = ("placed", "flag") if task_type in _FLAG else ("placed",)
+        placed_vars = variables["placed"] + (variables["flag"] if task_type in _FLAG else ())
         if task_type == "pick2":
             return (
                 found, acquired,
                 Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
                      (1,), source=source, description=f"a {goal} is in a {target}"),
                 Atom(f"acquired_2:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                     ("taken",), (1,), irreversible=True, source=source,
+                     variables["taken"], (1,), irreversible=True, source=source,
                      description=f"two {goal}s have been picked up"),
                 Atom(f"placed_2:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
                      (2, 3), source=source, description=f"two {goal}s are in a {target}"),
@@ -89,7 +100,7 @@ class HouseholdVerifier(Verifier):
         if task_type != "pick":
             flag = _FLAG[task_type]
             chain.append(Atom(f"{flag}:{goal}", Kind.STATE, Role.PREREQUISITE, "transformed",
-                              ("flag",), (1,), source=source,
+                              variables["flag"], (1,), source=source,
                               description=f"a {goal} is {flag} "
                                           f"({task_type} with {APPLIANCE[task_type]})"))
         chain.append(Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed",
@@ -98,7 +109,8 @@ class HouseholdVerifier(Verifier):
         return tuple(chain)
 
     def evidence(self, state: State) -> dict[str, int]:
-        """Φ: bitmasks over goal objects (and lamps), plus what look tasks read."""
+        """Φ: the per-goal-object variables (module docstring), the goal objects seen (a
+        bitmask), whether one was found, the wrong placements, and what look tasks read."""
         w, goal = self.world, self.goal_mask
         in_target = 0
         for o, r in enumerate(state.object_location):
@@ -109,13 +121,14 @@ class HouseholdVerifier(Verifier):
         evidence = {
             "seen": state.seen & goal,
             "found": int(state.seen & goal != 0),
-            "taken": state.taken & goal,
-            "placed": in_target & goal,
-            "flag": flag,
             # put there by the agent: a goal object without its transformation, or another one
             "misplaced": (in_target & state.taken & ~flag & ~self.started_in_target
                           if w.task_type != "look" else 0),
         }
+        for o in self.goals:
+            name = w.objects[o]
+            evidence.update({f"taken:{name}": state.takes[o],
+                             f"placed:{name}": in_target >> o & 1, f"flag:{name}": flag >> o & 1})
         if w.task_type == "look":
             lamps = w.lamps
             here = sum(1 << l for l in range(len(w.objects))
@@ -129,22 +142,25 @@ class HouseholdVerifier(Verifier):
         return evidence
 
     def evaluate(self, evidence: Mapping[str, int]) -> tuple[Status, ...]:
-        task_type = self.world.task_type
+        task_type, variables = self.world.task_type, self.variables
         found = SAT if evidence["found"] else UNSAT
-        acquired = _at_least(_bits(evidence["taken"]), 1)
+        taken = sum(evidence[v] > 0 for v in variables["taken"])
+        acquired = _at_least(taken, 1)
         if task_type == "look":
             lit = UNK if not evidence["seen_lamp"] else SAT if evidence["lit"] else UNSAT
             in_light = evidence["held"] != NOBODY and evidence["lamp_here"] != 0
             return found, acquired, lit, SAT if in_light else UNSAT
-        placed = _bits(evidence["placed"] & evidence["flag"])
+        placed = sum(evidence[p] and evidence[f]
+                     for p, f in zip(variables["placed"], variables["flag"]))
         misplaced = evidence["misplaced"] != 0
         if task_type == "pick2":
-            return (found, acquired, _placed(placed, 1, misplaced), _acquired(evidence, 2),
+            acquired_2 = UNK if _bits(evidence["seen"]) < 2 and taken < 2 else _at_least(taken, 2)
+            return (found, acquired, _placed(placed, 1, misplaced), acquired_2,
                     _placed(placed, 2, misplaced))
         if task_type == "pick":
             return found, acquired, _placed(placed, 1, misplaced)
-        return (found, acquired, _at_least(_bits(evidence["flag"]), 1),
-                _placed(placed, 1, misplaced))
+        flagged = sum(evidence[f] for f in variables["flag"])
+        return found, acquired, _at_least(flagged, 1), _placed(placed, 1, misplaced)
 
     def aggregate(self, statuses: Sequence[Status]) -> float:
         """1 when every atom is satisfied, else 0 (ALFWorld's goal is a conjunction)."""
@@ -192,12 +208,13 @@ class HouseholdVerifier(Verifier):
         if placed and others:
             swap = {o: w.start[o] for o in placed}
             moved("object swapped", "placed", {**swap, others[0]: state.object_location[placed[0]]},
-                  taken=state.taken | 1 << others[0])
+                  takes=tuple(n + (o == others[0]) for o, n in enumerate(state.takes)))
         if w.task_type == "pick2" and placed:
             moved("second object dropped", "placed", {placed[-1]: w.start[placed[-1]]})
-        goals = [o for o in range(len(w.objects)) if self.goal_mask >> o & 1]
+        goals = self.goals
         moved("target never found", "found", {o: w.start[o] for o in goals},
-              seen=state.seen & ~self.goal_mask, taken=state.taken & ~self.goal_mask,
+              seen=state.seen & ~self.goal_mask,
+              takes=tuple(0 if o in goals else n for o, n in enumerate(state.takes)),
               held=NOBODY if state.held in goals else state.held)
         if w.task_type == "look":
             moved("lamp off", "lit", {}, lit=0)
@@ -218,9 +235,3 @@ def _at_least(count: int, n: int) -> Status:
 def _placed(count: int, n: int, misplaced: bool) -> Status:
     """SAT with `n` goal objects placed; else VIOL if a wrong placement is there."""
     return SAT if count >= n else VIOL if misplaced else UNSAT
-
-
-def _acquired(evidence: Mapping[str, int], n: int) -> Status:
-    if _bits(evidence["seen"]) < n and _bits(evidence["taken"]) < n:
-        return UNK
-    return _at_least(_bits(evidence["taken"]), n)

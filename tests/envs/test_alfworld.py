@@ -20,6 +20,7 @@ from envs.alfworld import env as alfworld_env
 from envs.alfworld.engine import NOTHING, Engine, goal_library
 from envs.alfworld.verifier import verifier_of
 from envs.household import env as household
+from vict_jax.trace import proof_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -240,6 +241,8 @@ def test_the_verifier_reads_the_task_from_the_goal_and_agrees_with_households():
         assert [a.id for a in ours.atoms] == [a.id for a in theirs.atoms]
         engine.load(game)
         engine.reset()
+        assert ours.objects == tuple(sorted(f[1] for f in engine.facts() if f[0] == "objecttype"
+                                            and f[2] == ours.goal.obj)), seed
         plan = engine.plan()
         state = household.initial_state(envs.Task("household", "train", 0), world)
         for command, snapshot in zip(plan, _episode_views(engine, plan)[1:]):
@@ -260,3 +263,54 @@ def test_goals_outside_the_six_task_types_have_no_verifier():
         verifier_of(sliced)
     with pytest.raises(TypeError, match="alfworld snapshot"):
         verifier_of(games.generated_game(0)[1]["pddl_problem"]).statuses(("not", "a state"))
+
+
+# alfworld-small's game of seed 1: put two keychains in the coffeetable (the planner's plan)
+PICK_TWO = ["go to cabinet 1", "open cabinet 1", "take keychain 2 from cabinet 1",
+            "go to coffeetable 1", "move keychain 2 to coffeetable 1", "go to drawer 1",
+            "open drawer 1", "take keychain 1 from drawer 1", "go to coffeetable 1",
+            "move keychain 1 to coffeetable 1"]
+# seed 3: clean a dishsponge and put it on the countertop; it is put back and taken again first
+DETOUR = ["go to sinkbasin 1", "take dishsponge 1 from sinkbasin 1",
+          "move dishsponge 1 to sinkbasin 1", "take dishsponge 1 from sinkbasin 1",
+          "clean dishsponge 1 with sinkbasin 1", "go to countertop 1",
+          "move dishsponge 1 to countertop 1"]
+
+
+def _won_episode(seed: int, commands: list[str]):
+    """(verifier, snapshots, proof edges as (turn, atom id, relation)) of ``commands`` played
+    in alfworld-small's game of ``seed``; they must win it."""
+    _, game = games.generated_game(seed, small=True)
+    engine = Engine()
+    engine.load(game)
+    states = _episode_views(engine, commands)
+    assert states[-1].done
+    verifier = verifier_of(game["pddl_problem"])
+    trace = proof_graph(verifier, states, commands)
+    return verifier, states, {(e.turn, verifier.atoms[e.atom].id, e.relation)
+                              for e in trace.edges}
+
+
+def test_pick_two_witnesses_are_each_objects_last_take_and_put():
+    """Each keychain's take and put are witnesses, not only the second keychain's (with one
+    set of taken / placed objects, the second's writes overwrote the first's)."""
+    verifier, _, edges = _won_episode(1, PICK_TWO)
+    assert verifier.objects == ("keychain 1", "keychain 2")
+    assert verifier.atoms[1].state_vars == ("taken:keychain 1", "taken:keychain 2")
+    assert verifier.atoms[2].state_vars == ("placed:keychain 1", "placed:keychain 2")
+    for take, put in ((2, 4), (7, 9)):  # keychain 2, then keychain 1
+        assert {(take, "acquired:keychain", "write"), (take, "acquired_2:keychain", "write"),
+                (put, "placed:keychain:coffeetable", "write"),
+                (put, "placed_2:keychain:coffeetable", "write")} <= edges
+
+
+def test_the_surviving_take_is_the_witness_not_the_undone_one():
+    """The dishsponge taken, put back and taken again: the second take (whose effect survives)
+    is the ``acquired`` witness; the first take and the put-back are no witnesses at all."""
+    _, states, edges = _won_episode(3, DETOUR)
+    assert [s.view.takes for s in states] == [()] * 2 + [(("dishsponge 1", 1),)] * 2 + [
+        (("dishsponge 1", 2),)] * 4
+    assert sorted(t for t, atom, _ in edges if atom == "acquired:dishsponge") == [3]
+    assert not [e for e in edges if e[0] in (1, 2)], edges
+    assert {(4, "clean:dishsponge", "write"),
+            (6, "placed:dishsponge:countertop", "commit")} <= edges

@@ -37,6 +37,21 @@ HEAT_EGG = [
     ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a apple 1."),
     ("put egg 1 in/on countertop 1", "You put the egg 1 in/on the countertop 1."),
 ]
+# A hand-built bedroom for pick two: alarmclock 1 on the desk, alarmclock 2 on the dresser.
+BEDROOM = World(
+    room="bedroom",
+    receptacles=("desk 1", "dresser 1", "safe 1", "bed 1"),
+    receptacle_types=("desk", "dresser", "safe", "bed"),
+    openable=(False, False, True, False),
+    objects=("alarmclock 1", "book 1", "alarmclock 2"),
+    object_types=("alarmclock", "book", "alarmclock"),
+    start=(0, 3, 1),
+    task_type="pick2", goal_type="alarmclock", target_type="safe",
+    goal_text="find two alarmclock and put them in safe.",
+)
+PICK_TWO = ["go to desk 1", "take alarmclock 1 from desk 1", "go to safe 1", "open safe 1",
+            "put alarmclock 1 in/on safe 1", "go to dresser 1", "take alarmclock 2 from dresser 1",
+            "go to safe 1", "put alarmclock 2 in/on safe 1"]
 
 
 def _run(world, actions):
@@ -231,6 +246,42 @@ def test_pick_two_and_look_atoms():
             assert [a.family for a in verifier.atoms] == ["found", "acquired", "lit", "in_light"]
             assert "lamp off" in names
     assert seen == {"pick2", "look"}
+
+
+def test_pick_two_atoms_read_each_object_apart():
+    verifier = HouseholdVerifier(BEDROOM)
+    assert [a.id for a in verifier.atoms] == [
+        "found:alarmclock", "acquired:alarmclock", "placed:alarmclock:safe",
+        "acquired_2:alarmclock", "placed_2:alarmclock:safe"]
+    assert verifier.atoms[1].state_vars == ("taken:alarmclock 1", "taken:alarmclock 2")
+    assert verifier.atoms[2].state_vars == ("placed:alarmclock 1", "placed:alarmclock 2")
+    states, _ = _run(BEDROOM, PICK_TWO)
+    assert [verifier.statuses(s) for s in states] == [
+        (UNSAT, UNSAT, UNSAT, UNK, UNSAT),  # start
+        (SAT, UNSAT, UNSAT, UNK, UNSAT),  # alarmclock 1 seen; acquired_2 waits for a second one
+        (SAT, SAT, UNSAT, UNK, UNSAT),
+        (SAT, SAT, UNSAT, UNK, UNSAT),
+        (SAT, SAT, UNSAT, UNK, UNSAT),
+        (SAT, SAT, SAT, UNK, UNSAT),  # alarmclock 1 in the safe
+        (SAT, SAT, SAT, UNSAT, UNSAT),  # alarmclock 2 seen
+        (SAT, SAT, SAT, SAT, UNSAT),
+        (SAT, SAT, SAT, SAT, UNSAT),
+        (SAT, SAT, SAT, SAT, SAT),
+    ]
+    evidence = verifier.evidence(states[-1])
+    assert [evidence[f"{kind}:alarmclock {k}"] for kind in ("taken", "placed") for k in (1, 2)] \
+        == [1, 1, 1, 1]
+    assert verifier.aggregate(verifier.statuses(states[-1])) == verifier.score(states[-1]) == 1.0
+    for m in verifier.mutations(states[-1]):
+        assert verifier.aggregate(verifier.statuses(m.state)) == verifier.score(m.state) == 0.0
+
+
+def test_takes_count_every_pick_up():
+    # alarmclock 1 is taken, put back on the desk and taken again
+    actions = PICK_TWO[:2] + ["put alarmclock 1 in/on desk 1", "take alarmclock 1 from desk 1"]
+    states, _ = _run(BEDROOM, actions)
+    assert [s.takes for s in states] == [(0, 0, 0), (0, 0, 0), (1, 0, 0), (1, 0, 0), (2, 0, 0)]
+    assert [s.taken for s in states] == [0, 0, 1, 1, 1]
 
 
 def test_turn_limit_truncates():

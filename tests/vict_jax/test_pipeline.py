@@ -13,7 +13,7 @@ import envs
 from envs.household.verifier import HouseholdVerifier
 from envs.verifier import Kind, Status
 from prover_jax.credit.outcome import grpo
-from tests.envs.test_household import HEAT_EGG, KITCHEN, _run
+from tests.envs.test_household import BEDROOM, HEAT_EGG, KITCHEN, PICK_TWO, _run
 from tests.envs.test_protocol import VERIFIED
 from tests.vict_jax.synthetic import SyntheticVerifier
 from vict_jax import audit as audit_lib
@@ -39,8 +39,8 @@ SUCCESS_2 = ["go to cabinet 1", "open cabinet 1", "take egg 2 from cabinet 1",
 WRONG_PLACE_2 = SUCCESS_2[:5] + ["go to cabinet 1", "put egg 2 in/on cabinet 1"]
 
 
-def _rollout(actions, reward):
-    states, _ = _run(KITCHEN, actions)
+def _rollout(actions, reward, world=KITCHEN):
+    states, _ = _run(world, actions)
     return Rollout(tuple(states), tuple(actions), reward)
 
 
@@ -102,20 +102,69 @@ DETOURED = ["go to fridge 1", "open fridge 1", "take egg 1 from fridge 1", "go t
             "put egg 1 in/on countertop 1"]
 
 
-def test_only_actions_whose_effects_survive_are_witnesses():
-    trace = proof_graph(HouseholdVerifier(KITCHEN), _rollout(DETOURED, 1.0).states, DETOURED)
-    turns = {(e.turn, e.relation) for e in trace.edges}
-    assert {(2, "write"), (10, "write"), (12, "write"), (12, "commit")} <= turns
-    detours = {4, 5, 7, 8}  # the early puts and the takes that undo them
-    assert not [e for e in trace.edges if e.turn in detours], trace.edges
-    rollouts = [_rollout(DETOURED, 1.0), _rollout(WRONG_PLACE, 0.0), _rollout(SUCCESS_2, 1.0),
+def _credit_with_egg_failures(success):
+    """The corrections [4, T] of a group: ``success``, WRONG_PLACE, SUCCESS_2, WRONG_PLACE_2."""
+    rollouts = [_rollout(success, 1.0), _rollout(WRONG_PLACE, 0.0), _rollout(SUCCESS_2, 1.0),
                 _rollout(WRONG_PLACE_2, 0.0)]
     base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]), jnp.zeros(4, jnp.int32)))
     group = credit_group(HouseholdVerifier(KITCHEN), rollouts, base)
-    vict = np.asarray(_kernel([rollouts], [group])[0].corrections)
-    assert vict[0, 2] > 0 and vict[0, 10] > 0 and vict[0, 12] > 0  # take, heat, the final put
+    return np.asarray(_kernel([rollouts], [group])[0].corrections)
+
+
+def test_only_actions_whose_effects_survive_are_witnesses():
+    trace = proof_graph(HouseholdVerifier(KITCHEN), _rollout(DETOURED, 1.0).states, DETOURED)
+    turns = {(e.turn, e.relation) for e in trace.edges}
+    assert {(8, "write"), (10, "write"), (12, "write"), (12, "commit")} <= turns
+    detours = {2, 4, 5, 7}  # the takes whose egg was put down again, and those puts
+    assert not [e for e in trace.edges if e.turn in detours], trace.edges
+    vict = _credit_with_egg_failures(DETOURED)
+    assert vict[0, 8] > 0 and vict[0, 10] > 0 and vict[0, 12] > 0  # take, heat, the final put
     assert np.all(vict[0, sorted(detours)] == 0)
     assert vict[1, 6] < 0  # the failure's wrong put still gets the blame
+
+
+# The household report's detour (heat a potato): the egg is put into the microwave unheated and
+# taken out again before it is heated there.
+MICROWAVE_DETOUR = SUCCESS[:3] + ["go to microwave 1", "open microwave 1",
+                                  "put egg 1 in/on microwave 1", "take egg 1 from microwave 1",
+                                  "heat egg 1 with microwave 1", "go to countertop 1",
+                                  "put egg 1 in/on countertop 1"]
+
+
+def test_the_take_that_survives_is_credited_not_the_undone_one():
+    trace = proof_graph(HouseholdVerifier(KITCHEN), _rollout(MICROWAVE_DETOUR, 1.0).states,
+                        MICROWAVE_DETOUR)
+    first, put_down, last = 2, 5, 6
+    acquired = [e.turn for e in trace.edges if e.atom == 1]
+    assert acquired == [last]
+    vict = _credit_with_egg_failures(MICROWAVE_DETOUR)
+    assert vict[0, last] > 0
+    assert vict[0, first] == vict[0, put_down] == 0
+
+
+# Pick two in the bedroom: each success places both alarmclocks, each failure places one and
+# leaves the other on the bed.
+PICK_TWO_REVERSED = ["go to dresser 1", "take alarmclock 2 from dresser 1", "go to safe 1",
+                     "open safe 1", "put alarmclock 2 in/on safe 1", "go to desk 1",
+                     "take alarmclock 1 from desk 1", "go to safe 1",
+                     "put alarmclock 1 in/on safe 1"]
+ONE_ON_THE_BED = PICK_TWO[:7] + ["go to bed 1", "put alarmclock 2 in/on bed 1"]
+ONE_ON_THE_BED_REVERSED = PICK_TWO_REVERSED[:7] + ["go to bed 1", "put alarmclock 1 in/on bed 1"]
+
+
+def test_pick_two_credits_both_objects_take_and_put():
+    rollouts = [_rollout(PICK_TWO, 1.0, BEDROOM), _rollout(ONE_ON_THE_BED, 0.0, BEDROOM),
+                _rollout(PICK_TWO_REVERSED, 1.0, BEDROOM),
+                _rollout(ONE_ON_THE_BED_REVERSED, 0.0, BEDROOM)]
+    base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]), jnp.zeros(4, jnp.int32)))
+    group = credit_group(HouseholdVerifier(BEDROOM), rollouts, base)
+    vict = np.asarray(_kernel([rollouts], [group])[0].corrections)
+    takes, puts = [1, 6], [4, 8]  # of the first and the second alarmclock
+    for success in (0, 2):
+        assert np.all(vict[success, takes] > 0) and np.all(vict[success, puts] > 0)
+        assert vict[success, 0] > 0 and vict[success, 5] > 0  # found, and the second seen
+    for failure in (1, 3):  # both takes support the placement; the put on the bed is blamed
+        assert np.all(vict[failure, takes] > 0) and vict[failure, 8] < 0
 
 
 def _detour_purchase(env, task):
