@@ -9,11 +9,14 @@ Atoms of one goal, parents first:
            price             the product costs at most the goal's bound      (parent 1)
     m-1    purchased         a product has been bought (the commit)          (parent 1)
 
-"The product" is the one whose item page was opened last; at the end of an episode that is
-the purchased product. Its atoms are UNK until some item page has been opened, so opening
-one is a reveal. Option atoms read the selected value (written by option clicks; cleared when
-the agent returns to the results) and the product. ``click[buy now]`` commits every atom:
-after a purchase nothing can change.
+"The product" is the purchased one: every atom but ``purchased`` is UNK until a purchase, so
+an episode that never buys has no product atoms to credit (the last product merely viewed is
+not bought and earns nothing for its category or type). The evidence names the product whose
+item page was opened last, which is what ``click[buy now]`` buys: the click that opened the
+bought product is the surviving write of ``product``, and a view abandoned for another product
+is overwritten. Option atoms also read the selected value (written by option clicks; cleared
+when the agent returns to the results). ``click[buy now]`` writes ``purchased``, read by every
+atom, reveals the product atoms and commits every atom: after a purchase nothing can change.
 
 The aggregator reproduces :func:`envs.webshop.reward.purchase_reward` from the statuses
 alone: 0 unless ``purchased``; else the fraction of satisfied attribute, option and price
@@ -35,6 +38,7 @@ from envs.webshop.world import World
 
 SAT, UNSAT, UNK = Status.SAT, Status.UNSAT, Status.UNK
 _SOURCE = "webshop purchase reward"
+_BOUGHT = ("product", "purchased")  # what the atoms about the purchased product read
 
 
 class WebShopVerifier(Verifier):
@@ -53,19 +57,19 @@ class WebShopVerifier(Verifier):
         soft = {"kind": Kind.EVIDENCE, "role": Role.SOFT, "parents": (1,),
                 "weight": 1.0 / scored, "source": _SOURCE}
         atoms = [
-            Atom("category", Kind.EVIDENCE, Role.PREREQUISITE, "category", ("product",),
+            Atom("category", Kind.EVIDENCE, Role.PREREQUISITE, "category", _BOUGHT,
                  source=_SOURCE, description=f"the product is in category {goal.category}"),
-            Atom("product_type", Kind.EVIDENCE, Role.HARD, "product_type", ("product",), (0,),
+            Atom("product_type", Kind.EVIDENCE, Role.HARD, "product_type", _BOUGHT, (0,),
                  source=_SOURCE, description=f"the product is a {goal.product_type}"),
         ]
-        atoms += [Atom(f"attribute:{a}", family="attribute", state_vars=("product",),
+        atoms += [Atom(f"attribute:{a}", family="attribute", state_vars=_BOUGHT,
                        description=f"the product is {a}", **soft) for a in goal.attributes]
         atoms += [Atom(f"option:{name}", family="option",
-                       state_vars=("product", f"option:{name}"),
+                       state_vars=(*_BOUGHT, f"option:{name}"),
                        description=f"{name} {value} is selected",
                        **{**soft, "kind": Kind.STATE})
                   for name, value in goal.goal_options]
-        atoms.append(Atom("price", family="price", state_vars=("product",),
+        atoms.append(Atom("price", family="price", state_vars=_BOUGHT,
                           description=f"the price is at most {goal.price_upper:.2f}", **soft))
         atoms.append(Atom("purchased", Kind.COMMIT, Role.HARD, "purchased", ("purchased",), (1,),
                           irreversible=True, source=_SOURCE,
@@ -73,7 +77,8 @@ class WebShopVerifier(Verifier):
         return tuple(atoms)
 
     def evidence(self, state: State) -> dict[str, str | bool | None]:
-        """Φ: the last opened product's ASIN, the selected option values, and the purchase."""
+        """Φ: the last opened product's ASIN (the one bought, after a purchase), the selected
+        option values, and whether it has been bought."""
         self._check(state)
         chosen = dict(state.options)
         viewed = state.last_viewed
@@ -87,10 +92,9 @@ class WebShopVerifier(Verifier):
 
     def evaluate(self, evidence: Mapping[str, str | bool | None]) -> tuple[Status, ...]:
         goal = self.goal
-        purchased = SAT if evidence["purchased"] else UNSAT
+        if not evidence["purchased"]:
+            return (UNK,) * (len(self.atoms) - 1) + (UNSAT,)
         asin = evidence["product"]
-        if asin is None:
-            return (UNK,) * (len(self.atoms) - 1) + (purchased,)
         product = self.world.catalogue[self.world.catalogue.by_asin[asin.lower()]]
 
         def holds(condition: bool) -> Status:
@@ -102,7 +106,7 @@ class WebShopVerifier(Verifier):
             *(holds(a in product.attributes) for a in goal.attributes),
             *(holds(evidence[f"option:{name}"] == value) for name, value in goal.goal_options),
             holds(product.price <= goal.price_upper),
-            purchased,
+            SAT,
         )
 
     def aggregate(self, statuses: Sequence[Status]) -> float:

@@ -398,19 +398,36 @@ def test_atom_statuses_along_an_expert_episode(env):
     assert ids[:2] == ["category", "product_type"] and ids[-2:] == ["price", "purchased"]
     assert verifier.atoms[-1].kind is Kind.COMMIT and verifier.atoms[-1].irreversible
     assert all(a.parents == (1,) for a in verifier.atoms[2:])
-    assert verifier.statuses(env.snapshot()) == (UNK,) * (len(ids) - 1) + (UNSAT,)
-    history = [verifier.statuses(env.snapshot())]
+    unbought = (UNK,) * (len(ids) - 1) + (UNSAT,)
+    assert verifier.statuses(env.snapshot()) == unbought
+    viewed = []
     while not env.step(env.expert_action()).done:
-        history.append(verifier.statuses(env.snapshot()))
-    history.append(verifier.statuses(env.snapshot()))
-    assert history[-1] == (SAT,) * len(ids)
-    opened = next(t for t, z in enumerate(history) if z[0] is not UNK)
-    assert all(z[1] is SAT for z in history[opened:])  # the expert only opens fitting items
+        assert verifier.statuses(env.snapshot()) == unbought  # only the purchase reveals
+        viewed.append(verifier.evidence(env.snapshot())["product"])
+    assert verifier.statuses(env.snapshot()) == (SAT,) * len(ids)
     evidence = verifier.evidence(env.snapshot())
-    assert evidence["purchased"] is True and evidence["product"] is not None
+    assert evidence["purchased"] is True and evidence["product"] == viewed[-1] is not None
     assert verifier.commits("click[Buy Now]") == frozenset(range(len(ids)))
     assert verifier.commits("search[buy now]") == frozenset()
     assert verifier.commits("click[description]") == frozenset()
+
+
+def test_a_product_viewed_but_not_bought_satisfies_no_atom(env):
+    """The atoms are about the purchased product: the last product viewed in an episode that
+    never buys is not it, even when it is of the goal's category and type."""
+    env.reset(_task("train", 0))  # low calorie green tea
+    verifier = env.verifier()
+    browse = ["click[features]", "click[< prev]"] * 6
+    for action in ["search[low calorie green tea]", "click[b0wew7fqcg]", *browse,
+                   "click[description]"]:
+        step = env.step(action)
+    assert step.done and step.reward == 0.0 and step.info["truncated"]
+    state = env.snapshot()
+    viewed = env.world.catalogue[state.last_viewed]
+    assert (viewed.asin, viewed.category, viewed.product_type) == (
+        "B0WEW7FQCG", env.goal.category, env.goal.product_type)
+    assert verifier.evidence(state)["product"] == "B0WEW7FQCG"
+    assert verifier.statuses(state) == (UNK,) * (len(verifier.atoms) - 1) + (UNSAT,)
 
 
 def test_aggregate_matches_the_reward_on_hand_statuses(env):

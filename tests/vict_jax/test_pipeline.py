@@ -544,3 +544,28 @@ def test_the_papers_webshop_case_of_a_premature_purchase():
     # product type rather than precede it.
     assert np.sign(vict[1, :5]).astype(int).tolist() == [0, -1, 0, 0, -1]
     assert (vict[0, 1:5] > 0).all()  # in the success: the product, both options, the purchase
+
+
+def test_a_webshop_failure_that_never_buys_credits_no_product_view():
+    # Scripted failures credited the last product viewed through its category and type. Here
+    # the expert opens the goal's green tea, random clicks wander off and open another green
+    # tea late in the episode, and nothing is bought within 15 actions.
+    env = envs.make("webshop")
+    task = envs.Task("webshop", "train", 0)  # low calorie green tea, original, 20 count, < $60
+    expert = _expert_actions(env, task)
+    assert expert[:2] == ["search[low calorie green tea]", "click[b00diwddzy]"]
+    wander = [*expert[:2], "click[original]", "click[description]", "click[< prev]",
+              "click[< prev]", *["click[next >]", "click[< prev]"] * 3, "click[b0wew7fqcg]",
+              "click[features]", "click[< prev]"]
+    correct, late = 1, wander.index("click[b0wew7fqcg]")
+    catalogue, goal = env.world.catalogue, env.world.goal(task)
+    viewed = catalogue[catalogue.by_asin["b0wew7fqcg"]]
+    assert (viewed.category, viewed.product_type) == (goal.category, goal.product_type)
+    rollouts = [_played(env, task, expert), _played(env, task, wander)] * 2
+    assert [r.reward for r in rollouts] == [1.0, 0.0, 1.0, 0.0]
+    group, vict = _tau_credit(env, task, rollouts)
+    # no product was bought, so no atom about one holds: neither view earns anything
+    assert vict[1, late] == 0 and vict[1, correct] >= 0
+    assert not group.marginals[1].any() and not vict[1].any()
+    # the success keeps its credit: the view of the bought product, both options, the purchase
+    assert (vict[0, 1:5] > 0).all()
