@@ -10,15 +10,16 @@ holds (reward 1) or after 50 actions (reward 0).
 
 The engine has no snapshot, so a snapshot is the task and the actions taken
 (`envs.base.Replay`, whose ``view`` is what the VICT verifier reads: the engine's PDDL facts,
-the objects the observations have named and how often each was taken) and restoring replays
-them: onward from where the task's engine is when that is a prefix, else from a reset. An
-instance keeps the engines of its last ``LIVE_ENGINES`` tasks loaded, so restoring among the
-groups' tasks does not load a game again (a load parses the game's grammar and domain, about
-half a second). The engine is deterministic, so every later observation, admissible command
-and reward repeats. ``verifier`` gives VICT's atoms from the facts (`envs.alfworld.verifier`).
-The expert is the PDDL planner's plan from the current state (planned again only when the
-episode leaves the plan). The planner searches for a shortest plan: in rooms of household's
-size (20 receptacles, 25 objects) that takes from milliseconds to about ten seconds.
+the objects the observations have named, how often each was taken and the receptacles whose
+contents were shown) and restoring replays them: onward from where the task's engine is when
+that is a prefix, else from a reset. An instance keeps the engines of its last
+``LIVE_ENGINES`` tasks loaded, so restoring among the groups' tasks does not load a game again
+(a load parses the game's grammar and domain, about half a second). The engine is
+deterministic, so every later observation, admissible command and reward repeats.
+``verifier`` gives VICT's atoms from the facts (`envs.alfworld.verifier`). The expert is the
+PDDL planner's plan from the current state (planned again only when the episode leaves the
+plan). The planner searches for a shortest plan: in rooms of household's size (20
+receptacles, 25 objects) that takes from milliseconds to about ten seconds.
 ``alfworld-small`` is the same engine on household-small's rooms.
 """
 
@@ -41,13 +42,15 @@ LIVE_ENGINES = 8  # games kept loaded per environment instance (each engine hold
 
 class View(NamedTuple):
     """What the verifier reads of a state: the engine's PDDL facts after the last action, the
-    objects some observation has named, and how often the agent has picked up each object it
-    has held (so the verifier can tell an object's last take, the one whose effect survives,
-    from earlier ones that were put down again)."""
+    objects some observation has named, how often the agent has picked up each object it has
+    held (so the verifier can tell an object's last take, the one whose effect survives, from
+    earlier ones that were put down again), and the receptacles whose contents the agent has
+    been shown (household's ``State.explored``)."""
 
     facts: frozenset[Fact]
     seen: frozenset[str]
     takes: tuple[tuple[str, int], ...]  # (object, times picked up), sorted; never held: absent
+    explored: frozenset[str]
 
     @property
     def taken(self) -> frozenset[str]:
@@ -61,14 +64,14 @@ class View(NamedTuple):
 
 def started(facts: frozenset[Fact], intro: str) -> View:
     """The view after a reset with ``facts`` and ``intro``."""
-    return View(facts, named(facts, intro), took((), held(facts)))
+    return View(facts, named(facts, intro), took((), held(facts)), shown(facts))
 
 
 def advanced(view: View, facts: frozenset[Fact], observation: str) -> View:
     """The view after an action that led to ``facts`` and ``observation``; an object held now
     and not before was picked up."""
     return View(facts, view.seen | named(facts, observation),
-                took(view.takes, held(facts) - held(view.facts)))
+                took(view.takes, held(facts) - held(view.facts)), view.explored | shown(facts))
 
 
 def took(takes: tuple[tuple[str, int], ...], objects: frozenset[str]
@@ -78,6 +81,14 @@ def took(takes: tuple[tuple[str, int], ...], objects: frozenset[str]
     for o in objects:
         counts[o] = counts.get(o, 0) + 1
     return tuple(sorted(counts.items()))
+
+
+def shown(facts: frozenset[Fact]) -> frozenset[str]:
+    """The receptacles whose contents the agent sees where it stands: those at its location
+    that are open or cannot be closed."""
+    here = {f[2] for f in facts if f[0] == "atlocation"}
+    return frozenset(f[1] for f in facts if f[0] == "receptacleatlocation" and f[2] in here
+                     and (("openable", f[1]) not in facts or ("opened", f[1]) in facts))
 
 
 def held(facts: frozenset[Fact]) -> frozenset[str]:

@@ -1,14 +1,19 @@
 """ALFWorld's goal check, instrumented as VICT atoms read from the engine's PDDL facts.
 
 The atoms are the VICT paper's ALFWorld families (Table 10), read from simulator state diffs:
-``found`` (a goal object has been named by an observation), ``acquired`` (one has been held),
-``transformed`` (one is clean / hot / cool: ``isclean`` / ``ishot`` / ``iscool``), ``placed`` (a
-goal object with the transformation is in a receptacle of the target type; VIOL while the
-agent has put a wrong object there instead: a goal object without its transformation or
-another object); pick-two doubles ``acquired`` and ``placed``; the look task has ``lit`` (a
-lamp of the task's type is toggled; UNK until one was seen) and ``in_light`` (holding a goal
-object where a toggled lamp is). Their chains are household's (`envs.household.verifier`), so
-credit lands on the same kinds of actions in both.
+``found:<object>`` (a goal object has been named by an observation), ``acquired`` (one has been
+held), ``brought`` (one has been brought to the appliance the transformation needs, a
+``sinkbasintype`` / ``microwavetype`` / ``fridgetype`` receptacle: held where one is, or
+already transformed), ``transformed`` (one is clean / hot / cool: ``isclean`` / ``ishot`` /
+``iscool``), ``found:<receptacle>`` (a receptacle of the target type has had its contents
+shown: the agent stood at it while it was open or not openable, `envs.alfworld.env.View.explored`),
+``placed`` (a goal object with the transformation is in a receptacle of the target type; VIOL
+while the agent has put a wrong object there instead: a goal object without its transformation
+or another object); pick-two adds ``acquired_2`` and ``placed_2``; the look task has
+``found:<lamp>`` (an observation has named a lamp of the task's type), ``lit`` (such a lamp is
+toggled; UNK until one was seen) and ``in_light`` (holding a goal object where a toggled lamp
+is). Their ids, parents and statuses are household's (`envs.household.verifier`, whose
+docstring draws the dependencies), so credit lands on the same kinds of actions in both.
 
 As in household, the evidence is per goal object: ``taken:<object>`` (how often it was picked
 up, `envs.alfworld.env.View.takes`), ``placed:<object>`` (it is in a receptacle of the target
@@ -16,8 +21,10 @@ type) and ``flag:<object>`` (it has the transformation). A write edge goes to th
 that changed a variable (``vict_jax.trace``), so each object's own last take, transformation
 and put are the witnesses: with one set over all goal objects, the second object of a pick-two
 task would overwrite the first's writes, and an "ever held" set would credit the first take of
-an object that was put down and taken again. The goal objects are named from the game's PDDL
-problem as the engine names them (`goal_objects`).
+an object that was put down and taken again. The ``found`` atoms and ``brought`` read one flag
+each (``found``, ``target_found``, ``lamp_found``, ``brought``), so their witness is the action
+that set it. The goal objects are named from the game's PDDL problem as the engine names them
+(`goal_objects`).
 
 The task's parameters (object type, target type, lamp type, transformation, one or two
 objects) are read from the game's own PDDL goal, so the verifier works on generated games and
@@ -43,6 +50,8 @@ from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier, check_at
 SAT, UNSAT, UNK, VIOL = Status.SAT, Status.UNSAT, Status.UNK, Status.VIOL
 _FLAG = {"isclean": "clean", "ishot": "heat", "iscool": "cool"}  # predicate -> task type
 _WORD = {"clean": "clean", "heat": "hot", "cool": "cold"}
+# the receptacle type the domain's CleanObject, HeatObject and CoolObject need
+_APPLIANCE = {"clean": "sinkbasintype", "heat": "microwavetype", "cool": "fridgetype"}
 _USE = re.compile(r"use (.+)")
 
 
@@ -135,40 +144,50 @@ class AlfworldVerifier(Verifier):
             lamp = _word(g.lamp)
             return (
                 found, acquired,
-                Atom(f"lit:{lamp}", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",), (),
+                Atom(f"found:{lamp}", Kind.EVIDENCE, Role.PREREQUISITE, "lamp_found",
+                     ("lamp_found",), irreversible=True, source=source,
+                     description=f"an observation has named a {lamp}"),
+                Atom(f"lit:{lamp}", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",), (2,),
                      source=source, description=f"a {lamp} is on"),
                 Atom(f"in_light:{obj}", Kind.COMMIT, Role.HARD, "in_light",
-                     ("held", "lamp_here"), (1, 2), source=source,
+                     ("held", "lamp_here"), (1, 3), source=source,
                      description=f"holding a {obj} where a {lamp} is on"),
-            )
-        placed_vars = variables["placed"] + (variables["flag"] if g.flag else ())
-        if g.task_type == "pick2":
-            return (
-                found, acquired,
-                Atom(f"placed:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
-                     (1,), source=source, description=f"a {obj} is in a {target}"),
-                Atom(f"acquired_2:{obj}", Kind.STATE, Role.PREREQUISITE, "acquired",
-                     variables["taken"], (1,), irreversible=True, source=source,
-                     description=f"two {obj}s have been held"),
-                Atom(f"placed_2:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
-                     (2, 3), source=source, description=f"two {obj}s are in a {target}"),
             )
         chain = [found, acquired]
         word = ""
         if g.flag:
-            word = _WORD[g.task_type]
-            chain.append(Atom(f"{word}:{obj}", Kind.STATE, Role.PREREQUISITE, "transformed",
-                              variables["flag"], (1,), source=source,
-                              description=f"a {obj} is {word} ({g.flag})"))
+            word, appliance = _WORD[g.task_type], _word(_APPLIANCE[g.task_type])
+            chain += [
+                Atom(f"brought:{obj}:{appliance}", Kind.STATE, Role.PREREQUISITE, "appliance",
+                     ("brought",), (1,), source=source,
+                     description=f"a {obj} has been brought to a {appliance} (held there, or "
+                                 f"already {word})"),
+                Atom(f"{word}:{obj}", Kind.STATE, Role.PREREQUISITE, "transformed",
+                     variables["flag"], (2,), source=source,
+                     description=f"a {obj} is {word} ({g.flag})"),
+            ]
+        target_found = len(chain)
+        chain.append(Atom(f"found:{target}", Kind.EVIDENCE, Role.PREREQUISITE,
+                          "receptacle_found", ("target_found",), irreversible=True,
+                          source=source, description=f"a {target}'s contents have been shown"))
+        placed_vars = variables["placed"] + (variables["flag"] if g.flag else ())
         chain.append(Atom(f"placed:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed",
-                          placed_vars, (len(chain) - 1,), source=source,
+                          placed_vars, (target_found - 1, target_found), source=source,
                           description=f"a {word + ' ' if word else ''}{obj} is in a {target}"))
+        if g.task_type == "pick2":
+            chain += [
+                Atom(f"acquired_2:{obj}", Kind.STATE, Role.PREREQUISITE, "acquired",
+                     variables["taken"], (1,), irreversible=True, source=source,
+                     description=f"two {obj}s have been held"),
+                Atom(f"placed_2:{obj}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
+                     (3, 4), source=source, description=f"two {obj}s are in a {target}"),
+            ]
         return tuple(chain)
 
     def evidence(self, state: Replay) -> dict[str, object]:
-        """Φ: the per-goal-object variables (module docstring), whether a goal object was
-        found; place tasks: the goal objects seen and the wrong placements; look tasks: the
-        lamps seen and on, and what is held where."""
+        """Φ: the per-goal-object variables and the flags the ``found`` atoms and ``brought``
+        read (module docstring); place tasks: the goal objects seen and the wrong placements;
+        look tasks: the lamps on, and what is held where."""
         view = _view(state)
         g, facts, goals = self.goal, view.facts, frozenset(self.objects)
         evidence = {"found": bool(view.seen & goals)}
@@ -179,7 +198,7 @@ class AlfworldVerifier(Verifier):
             here = _agent_location(facts)
             return evidence | {
                 "lit": on,
-                "seen_lamp": bool(view.seen & lamps),
+                "lamp_found": bool(view.seen & lamps),
                 "held": frozenset(o for o in goals if _holds(facts, o)),
                 "lamp_here": frozenset(lamp for lamp in on if _location(facts, lamp) == here),
             }
@@ -188,32 +207,36 @@ class AlfworldVerifier(Verifier):
                               and ("receptacletype", f[2], g.target) in facts)
         evidence.update({f"placed:{o}": o in in_target for o in self.objects})
         evidence.update({f"flag:{o}": o in flagged for o in self.objects})
+        if g.flag:
+            evidence["brought"] = bool(flagged) or _at_appliance(facts, goals, g.task_type)
         return evidence | {
             "seen": view.seen & goals,
+            "target_found": any(("receptacletype", r, g.target) in facts for r in view.explored),
             # put there by the agent: a goal object without its transformation, or another one
             "misplaced": (in_target & view.taken) - flagged,
         }
 
     def evaluate(self, evidence: Mapping[str, object]) -> tuple[Status, ...]:
         task_type, variables = self.goal.task_type, self.variables
-        found = SAT if evidence["found"] else UNSAT
+        found = _sat(evidence["found"])
         taken = sum(evidence[v] > 0 for v in variables["taken"])
         acquired = _at_least(taken, 1)
         if task_type == "look":
-            lit = UNK if not evidence["seen_lamp"] else SAT if evidence["lit"] else UNSAT
+            lit = UNK if not evidence["lamp_found"] else _sat(evidence["lit"])
             in_light = bool(evidence["held"]) and bool(evidence["lamp_here"])
-            return found, acquired, lit, SAT if in_light else UNSAT
+            return found, acquired, _sat(evidence["lamp_found"]), lit, _sat(in_light)
+        chain = [found, acquired]
+        if self.goal.flag:
+            flagged = sum(evidence[f] for f in variables["flag"])
+            chain += [_sat(evidence["brought"]), _at_least(flagged, 1)]
         placed = sum(evidence[p] and evidence[f]
                      for p, f in zip(variables["placed"], variables["flag"]))
         misplaced = bool(evidence["misplaced"])
+        chain += [_sat(evidence["target_found"]), _placed(placed, 1, misplaced)]
         if task_type == "pick2":
             second = UNK if len(evidence["seen"]) < 2 and taken < 2 else _at_least(taken, 2)
-            return (found, acquired, _placed(placed, 1, misplaced), second,
-                    _placed(placed, 2, misplaced))
-        if task_type == "pick":
-            return found, acquired, _placed(placed, 1, misplaced)
-        flagged = sum(evidence[f] for f in variables["flag"])
-        return found, acquired, _at_least(flagged, 1), _placed(placed, 1, misplaced)
+            chain += [second, _placed(placed, 2, misplaced)]
+        return tuple(chain)
 
     def aggregate(self, statuses: Sequence[Status]) -> float:
         """1 when every atom is satisfied, else 0 (ALFWorld's goal is a conjunction)."""
@@ -224,9 +247,11 @@ class AlfworldVerifier(Verifier):
         task's lamp commits a look."""
         if self.goal.task_type == "look":
             use = _USE.fullmatch(action.strip())
-            return frozenset({3}) if use and kind_of(use[1]) == self.goal.lamp else frozenset()
-        move = engine.MOVE.fullmatch(action.strip())
-        if not move or kind_of(move[1]) != self.goal.obj:
+            committing = bool(use) and kind_of(use[1]) == self.goal.lamp
+        else:
+            move = engine.MOVE.fullmatch(action.strip())
+            committing = bool(move) and kind_of(move[1]) == self.goal.obj
+        if not committing:
             return frozenset()
         return frozenset(j for j, atom in enumerate(self.atoms) if atom.kind == Kind.COMMIT)
 
@@ -236,8 +261,10 @@ class AlfworldVerifier(Verifier):
 
     def mutations(self, state: Replay) -> list[Mutation]:
         """Wrong receptacle, transformation removed (a premature placement), object swapped
-        (a wrong object placed), second object dropped, target never found; look tasks: lamp
-        off, object swapped (the goal object put down)."""
+        (a wrong object placed), second object dropped, target never found (no goal object
+        seen); look tasks: lamp off, object swapped (the goal object put down). As in
+        household, the target receptacle's and the lamp's ``found`` and ``brought`` have none
+        of their own (an atom that depends on each implies it)."""
         view, g, goal_objects = _view(state), self.goal, frozenset(self.objects)
         facts = view.facts
         out = []
@@ -329,6 +356,18 @@ def _subject(fact: Fact) -> str | None:
     if fact[0] in ("inreceptacle", "objectatlocation"):
         return fact[1]
     return fact[2] if fact[0] == "holds" else None
+
+
+def _at_appliance(facts: frozenset[Fact], goals: frozenset[str], task_type: str) -> bool:
+    """The agent holds a goal object where a receptacle of the task's appliance type is."""
+    here = _agent_location(facts)
+    return any(_holds(facts, o) for o in goals) and any(
+        f[0] == "receptacleatlocation" and f[2] == here
+        and ("receptacletype", f[1], _APPLIANCE[task_type]) in facts for f in facts)
+
+
+def _sat(holds: object) -> Status:
+    return SAT if holds else UNSAT
 
 
 def _at_least(count: int, n: int) -> Status:

@@ -1,22 +1,31 @@
 """The household goal check, instrumented as VICT atoms.
 
-For the place tasks (pick, clean, heat, cool) the atoms are a chain:
+For the place tasks (pick, clean, heat, cool) the atoms are:
 
-    found  ──►  acquired  ──►  transformed (clean/heat/cool only)  ──►  placed
+    found:<object>  ──►  acquired  ──►  brought  ──►  transformed  ──►  placed
+                                                                          ▲
+                                                  found:<receptacle>  ────┘
 
-``found``: some goal object has been seen, i.e. the receptacle holding it was found (and
-opened, if it is closed); the action whose observation first listed one writes it, and more
-sightings are not writes. ``acquired``: some goal object has been picked up. ``transformed``:
-some goal object is clean / hot / cold. ``placed``: some goal object sits in a target
-receptacle with the transformation; committed by putting a goal object down anywhere. It is
-VIOL rather than UNSAT while the target holds a wrong placement instead: a goal object without
-its transformation (premature placement) or another object the agent put there (wrong object).
-The action that made it VIOL gets a violation edge if the violation is still there at the end.
-Pick-two doubles the chain (``acquired_2`` and ``placed_2`` count two distinct objects;
-``acquired_2`` is UNK until a second goal object has been seen, so the action that showed it
-gets a reveal edge). Look tasks are ``found``, ``acquired``, ``lit`` (a lamp is on; UNK until a
-lamp was seen) and ``in_light`` (holding a goal object next to a lit lamp; committed by
-``use``).
+(``brought`` and ``transformed`` for clean, heat and cool only). ``found:<object>``: some goal
+object has been seen (an observation listed it); the action whose observation first listed one
+writes it, and more sightings are not writes. ``acquired``: some goal object has been picked
+up. ``brought``: a goal object has been brought to the task's appliance (sinkbasin, microwave,
+fridge): the agent holds it there, or it already has the transformation, which only happens
+there; the ``go to`` that carries it there (or the take, if it lay there) writes it, and
+leaving without the transformation undoes it. ``transformed``: some goal object is
+clean / hot / cold. ``found:<receptacle>``: a receptacle of the target type has been found,
+i.e. the agent has seen its contents (reached it, and opened it if it is closed); the action
+that first showed one (`envs.household.env.State.explored`) writes it. ``placed``: some goal
+object sits in a target receptacle with the transformation; committed by putting a goal object
+down anywhere. It is VIOL rather than UNSAT while the target holds a wrong placement instead: a
+goal object without its transformation (premature placement) or another object the agent put
+there (wrong object). The action that made it VIOL gets a violation edge if the violation is
+still there at the end. Pick-two is the pick chain followed by the second-object atoms
+``acquired_2`` (after ``acquired``) and ``placed_2`` (after ``placed`` and ``acquired_2``): two
+distinct objects; ``acquired_2`` is UNK until a second goal object has been seen, so the action
+that showed it gets a reveal edge. Look tasks are ``found`` ──► ``acquired`` and
+``found:desklamp`` (a lamp has been seen) ──► ``lit`` (a lamp is on; UNK until a lamp was
+seen), both ──► ``in_light`` (holding a goal object next to a lit lamp; committed by ``use``).
 
 The evidence is per goal object: ``taken:<object>`` (how often it was picked up),
 ``placed:<object>`` (it lies in a target receptacle) and ``flag:<object>`` (it has the
@@ -25,21 +34,27 @@ A write edge goes to the last action that changed a variable (``vict_jax.trace``
 object's own last take, transformation and put the witnesses: with one bitmask over all goal
 objects, the writes of the second object of a pick-two task would overwrite the first's, and an
 "ever taken" mask would credit the first take of an object that was put down and taken again.
+The ``found`` atoms and ``brought`` read one flag each (``found``, ``target_found``,
+``lamp_found``, ``brought``), so their witness is the action that set it.
 
-These are the ALFWorld families of the VICT paper (Table 10): target object identity and
-receptacle found (``found``), object held (``acquired``), transformation, final placement,
-second-object requirement (``acquired_2``, ``placed_2``), and the wrong-object or
-premature-placement violation (``placed`` VIOL). The aggregator is the conjunction of all
-atoms, which is exactly ALFWorld's goal check (``envs.household.env.goal_reached``, separate
-code) on every reachable state and on the mutations below.
+These are the ALFWorld families of the VICT paper (Table 10): target object identity
+(``found``), receptacle found (``receptacle_found``; for look tasks the lamp, ``lamp_found``),
+object held (``acquired``), transformation, final placement, second-object requirement
+(``acquired_2``, ``placed_2``), and the wrong-object or premature-placement violation
+(``placed`` VIOL); ``brought`` (family ``appliance``) is the appliance reached on the path to the
+transformation, the support path of the paper's Table 13. The aggregator is the conjunction of
+all atoms, which is exactly ALFWorld's goal check (``envs.household.env.goal_reached``,
+separate code) on every reachable state and on the mutations below: a goal object lies
+transformed in a target receptacle only if it was seen, taken, brought to the appliance and
+transformed there, and carried to a target receptacle whose contents the agent then saw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from envs.household.env import HELD, NOBODY, State, goal_reached, parse
-from envs.household.world import APPLIANCE, World
+from envs.household.env import HELD, MIDDLE, NOBODY, State, goal_reached, parse
+from envs.household.world import APPLIANCE, LAMP, World
 from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier, check_atoms
 
 SAT, UNSAT, UNK, VIOL = Status.SAT, Status.UNSAT, Status.UNK, Status.VIOL
@@ -70,47 +85,57 @@ class HouseholdVerifier(Verifier):
         goal, target, task_type = w.goal_type, w.target_type, w.task_type
         source = "ALFWorld goal check"
         found = Atom(f"found:{goal}", Kind.EVIDENCE, Role.PREREQUISITE, "found", ("found",),
-                     irreversible=True, source=source,
-                     description=f"a {goal} has been seen (its receptacle found)")
+                     irreversible=True, source=source, description=f"a {goal} has been seen")
         acquired = Atom(f"acquired:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
                         variables["taken"], (0,), irreversible=True, source=source,
                         description=f"a {goal} has been picked up")
         if task_type == "look":
             return (
                 found, acquired,
-                Atom("lit:desklamp", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",),
-                     (), source=source, description="a desklamp is on"),
+                Atom(f"found:{LAMP}", Kind.EVIDENCE, Role.PREREQUISITE, "lamp_found",
+                     ("lamp_found",), irreversible=True, source=source,
+                     description=f"a {LAMP} has been seen"),
+                Atom(f"lit:{LAMP}", Kind.STATE, Role.PREREQUISITE, "lit", ("lit",), (2,),
+                     source=source, description=f"a {LAMP} is on"),
                 Atom(f"in_light:{goal}", Kind.COMMIT, Role.HARD, "in_light",
-                     ("held", "lamp_here"), (1, 2), source=source,
-                     description=f"holding a {goal} next to a lit desklamp"),
+                     ("held", "lamp_here"), (1, 3), source=source,
+                     description=f"holding a {goal} next to a lit {LAMP}"),
             )
+        chain = [found, acquired]
+        if task_type in _FLAG:
+            flag, appliance = _FLAG[task_type], APPLIANCE[task_type]
+            chain += [
+                Atom(f"brought:{goal}:{appliance}", Kind.STATE, Role.PREREQUISITE, "appliance",
+                     ("brought",), (1,), source=source,
+                     description=f"a {goal} has been brought to a {appliance} (held there, "
+                                 f"or already {flag})"),
+                Atom(f"{flag}:{goal}", Kind.STATE, Role.PREREQUISITE, "transformed",
+                     variables["flag"], (2,), source=source,
+                     description=f"a {goal} is {flag} ({task_type} with {appliance})"),
+            ]
+        target_found = len(chain)
+        chain.append(Atom(f"found:{target}", Kind.EVIDENCE, Role.PREREQUISITE,
+                          "receptacle_found", ("target_found",), irreversible=True,
+                          source=source, description=f"a {target} has been found (its "
+                                                     "contents seen)"))
         placed_vars = variables["placed"] + (variables["flag"] if task_type in _FLAG else ())
+        chain.append(Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed",
+                          placed_vars, (target_found - 1, target_found), source=source,
+                          description=f"a {flag_word(task_type)}{goal} is in a {target}"))
         if task_type == "pick2":
-            return (
-                found, acquired,
-                Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
-                     (1,), source=source, description=f"a {goal} is in a {target}"),
+            chain += [
                 Atom(f"acquired_2:{goal}", Kind.STATE, Role.PREREQUISITE, "acquired",
                      variables["taken"], (1,), irreversible=True, source=source,
                      description=f"two {goal}s have been picked up"),
                 Atom(f"placed_2:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed", placed_vars,
-                     (2, 3), source=source, description=f"two {goal}s are in a {target}"),
-            )
-        chain = [found, acquired]
-        if task_type != "pick":
-            flag = _FLAG[task_type]
-            chain.append(Atom(f"{flag}:{goal}", Kind.STATE, Role.PREREQUISITE, "transformed",
-                              variables["flag"], (1,), source=source,
-                              description=f"a {goal} is {flag} "
-                                          f"({task_type} with {APPLIANCE[task_type]})"))
-        chain.append(Atom(f"placed:{goal}:{target}", Kind.COMMIT, Role.HARD, "placed",
-                          placed_vars, (len(chain) - 1,), source=source,
-                          description=f"a {flag_word(task_type)}{goal} is in a {target}"))
+                     (3, 4), source=source, description=f"two {goal}s are in a {target}"),
+            ]
         return tuple(chain)
 
     def evidence(self, state: State) -> dict[str, int]:
-        """Φ: the per-goal-object variables (module docstring), the goal objects seen (a
-        bitmask), whether one was found, the wrong placements, and what look tasks read."""
+        """Φ: the per-goal-object variables and the flags the ``found`` atoms and ``brought``
+        read (module docstring), the goal objects seen (a bitmask), the wrong placements, and
+        what look tasks read."""
         w, goal = self.world, self.goal_mask
         in_target = 0
         for o, r in enumerate(state.object_location):
@@ -121,6 +146,7 @@ class HouseholdVerifier(Verifier):
         evidence = {
             "seen": state.seen & goal,
             "found": int(state.seen & goal != 0),
+            "target_found": int(state.explored & self.target_mask != 0),
             # put there by the agent: a goal object without its transformation, or another one
             "misplaced": (in_target & state.taken & ~flag & ~self.started_in_target
                           if w.task_type != "look" else 0),
@@ -129,12 +155,14 @@ class HouseholdVerifier(Verifier):
             name = w.objects[o]
             evidence.update({f"taken:{name}": state.takes[o],
                              f"placed:{name}": in_target >> o & 1, f"flag:{name}": flag >> o & 1})
+        if w.task_type in _FLAG:
+            evidence["brought"] = int(flag != 0 or _at_appliance(w, state, goal))
         if w.task_type == "look":
             lamps = w.lamps
             here = sum(1 << l for l in range(len(w.objects))
                        if lamps >> l & 1 and state.object_location[l] == state.location)
             evidence.update(
-                seen_lamp=state.seen & lamps,
+                lamp_found=int(state.seen & lamps != 0),
                 lit=state.lit & lamps,
                 held=state.held if state.held != NOBODY and goal >> state.held & 1 else NOBODY,
                 lamp_here=state.lit & here,
@@ -143,24 +171,25 @@ class HouseholdVerifier(Verifier):
 
     def evaluate(self, evidence: Mapping[str, int]) -> tuple[Status, ...]:
         task_type, variables = self.world.task_type, self.variables
-        found = SAT if evidence["found"] else UNSAT
+        found = _sat(evidence["found"])
         taken = sum(evidence[v] > 0 for v in variables["taken"])
         acquired = _at_least(taken, 1)
         if task_type == "look":
-            lit = UNK if not evidence["seen_lamp"] else SAT if evidence["lit"] else UNSAT
+            lit = UNK if not evidence["lamp_found"] else _sat(evidence["lit"])
             in_light = evidence["held"] != NOBODY and evidence["lamp_here"] != 0
-            return found, acquired, lit, SAT if in_light else UNSAT
+            return found, acquired, _sat(evidence["lamp_found"]), lit, _sat(in_light)
+        chain = [found, acquired]
+        if task_type in _FLAG:
+            flagged = sum(evidence[f] for f in variables["flag"])
+            chain += [_sat(evidence["brought"]), _at_least(flagged, 1)]
         placed = sum(evidence[p] and evidence[f]
                      for p, f in zip(variables["placed"], variables["flag"]))
         misplaced = evidence["misplaced"] != 0
+        chain += [_sat(evidence["target_found"]), _placed(placed, 1, misplaced)]
         if task_type == "pick2":
             acquired_2 = UNK if _bits(evidence["seen"]) < 2 and taken < 2 else _at_least(taken, 2)
-            return (found, acquired, _placed(placed, 1, misplaced), acquired_2,
-                    _placed(placed, 2, misplaced))
-        if task_type == "pick":
-            return found, acquired, _placed(placed, 1, misplaced)
-        flagged = sum(evidence[f] for f in variables["flag"])
-        return found, acquired, _at_least(flagged, 1), _placed(placed, 1, misplaced)
+            chain += [acquired_2, _placed(placed, 2, misplaced)]
+        return tuple(chain)
 
     def aggregate(self, statuses: Sequence[Status]) -> float:
         """1 when every atom is satisfied, else 0 (ALFWorld's goal is a conjunction)."""
@@ -173,8 +202,10 @@ class HouseholdVerifier(Verifier):
             return frozenset()
         verb, first, _ = parsed
         if self.world.task_type == "look":
-            return frozenset({3}) if verb == "use" else frozenset()
-        if verb != "put" or not self.goal_mask >> first & 1:
+            committing = verb == "use"
+        else:
+            committing = verb == "put" and bool(self.goal_mask >> first & 1)
+        if not committing:
             return frozenset()
         return frozenset(j for j, atom in enumerate(self.atoms) if atom.kind == Kind.COMMIT)
 
@@ -183,7 +214,11 @@ class HouseholdVerifier(Verifier):
 
     def mutations(self, state: State) -> list[Mutation]:
         """Wrong receptacle, transformation removed (a premature placement), object swapped
-        (a wrong object placed), second object dropped, target never found."""
+        (a wrong object placed), second object dropped, target never found (no goal object
+        seen); look tasks: lamp off, object swapped (the goal object put down). The target
+        receptacle's and the lamp's ``found`` and ``brought`` have none of their own: an atom
+        that depends on each (placed, lit, transformed) implies it, so a state that breaks only
+        them is not reachable."""
         w = self.world
         out = []
 
@@ -228,8 +263,19 @@ def flag_word(task_type: str) -> str:
     return f"{_FLAG[task_type]} " if task_type in _FLAG else ""
 
 
+def _sat(holds: object) -> Status:
+    return SAT if holds else UNSAT
+
+
 def _at_least(count: int, n: int) -> Status:
     return SAT if count >= n else UNSAT
+
+
+def _at_appliance(world: World, state: State, goal_mask: int) -> bool:
+    """The agent holds a goal object at a receptacle of the task's appliance type."""
+    return (state.held != NOBODY and bool(goal_mask >> state.held & 1)
+            and state.location != MIDDLE
+            and world.receptacle_types[state.location] == APPLIANCE[world.task_type])
 
 
 def _placed(count: int, n: int, misplaced: bool) -> Status:

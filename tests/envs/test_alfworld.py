@@ -224,10 +224,10 @@ def _episode_views(engine: Engine, commands) -> list[envs.Replay]:
 
 def test_the_verifier_reads_the_task_from_the_goal_and_agrees_with_households():
     """On the planner's episodes of generated layouts, alfworld's atoms (from the PDDL facts)
-    have household's ids, statuses after every action and commits (from household's own
-    state), and the score is the engine's goal check; layouts where a goal object starts in a
-    fridge are left out, since household does not make it cool as ALFWorld does
-    (docs/alfworld-vs-household.md)."""
+    have household's ids, families and parents, statuses after every action and commits (from
+    household's own state), and the score is the engine's goal check; layouts where a goal
+    object starts in a fridge are left out, since household does not make it cool as ALFWorld
+    does (docs/alfworld-vs-household.md)."""
     from envs.household.verifier import HouseholdVerifier
 
     types, compared, engine = set(), 0, Engine()
@@ -238,7 +238,8 @@ def test_the_verifier_reads_the_task_from_the_goal_and_agrees_with_households():
             continue
         ours, theirs = verifier_of(game["pddl_problem"]), HouseholdVerifier(world)
         assert ours.goal.task_type == world.task_type
-        assert [a.id for a in ours.atoms] == [a.id for a in theirs.atoms]
+        assert [(a.id, a.family, a.parents) for a in ours.atoms] == [
+            (a.id, a.family, a.parents) for a in theirs.atoms]
         engine.load(game)
         engine.reset()
         assert ours.objects == tuple(sorted(f[1] for f in engine.facts() if f[0] == "objecttype"
@@ -297,11 +298,13 @@ def test_pick_two_witnesses_are_each_objects_last_take_and_put():
     verifier, _, edges = _won_episode(1, PICK_TWO)
     assert verifier.objects == ("keychain 1", "keychain 2")
     assert verifier.atoms[1].state_vars == ("taken:keychain 1", "taken:keychain 2")
-    assert verifier.atoms[2].state_vars == ("placed:keychain 1", "placed:keychain 2")
+    assert verifier.atoms[3].state_vars == ("placed:keychain 1", "placed:keychain 2")
     for take, put in ((2, 4), (7, 9)):  # keychain 2, then keychain 1
         assert {(take, "acquired:keychain", "write"), (take, "acquired_2:keychain", "write"),
                 (put, "placed:keychain:coffeetable", "write"),
                 (put, "placed_2:keychain:coffeetable", "write")} <= edges
+    # the coffeetable is found when the agent first arrives there, with keychain 2
+    assert [e for e in edges if e[1] == "found:coffeetable"] == [(3, "found:coffeetable", "write")]
 
 
 def test_the_surviving_take_is_the_witness_not_the_undone_one():
@@ -314,3 +317,9 @@ def test_the_surviving_take_is_the_witness_not_the_undone_one():
     assert not [e for e in edges if e[0] in (1, 2)], edges
     assert {(4, "clean:dishsponge", "write"),
             (6, "placed:dishsponge:countertop", "commit")} <= edges
+    # the dishsponge is at the sinkbasin (the appliance) from its surviving take on; the
+    # countertop's contents are shown on arrival
+    assert {(t, relation) for t, atom, relation in edges
+            if atom == "brought:dishsponge:sinkbasin"} == {(3, "write")}
+    assert {(t, relation) for t, atom, relation in edges
+            if atom == "found:countertop"} == {(5, "write")}

@@ -77,18 +77,20 @@ def test_egg_example_of_the_spec():
     rollouts, group = _egg_group()
     result, inputs, _ = _kernel([rollouts], [group])
     vict = np.asarray(result.corrections)
-    found, take, heat, put = 1, 2, 4, 6
-    for success in (0, 2):  # finding, take, heat and place are credited; walking is not
-        assert vict[success, found] > 0 and vict[success, take] > 0
+    found, take, bring, heat, put = 1, 2, 3, 4, 6
+    for success in (0, 2):  # finding, take, bringing, heat and place are credited
+        assert vict[success, found] > 0 and vict[success, take] > 0 and vict[success, bring] > 0
         assert vict[success, heat] > 0 and vict[success, put] > 0
-        assert vict[success, 0] == vict[success, 3] == vict[success, 5] == 0
-    for failure in (1, 3):  # finding, take and heat positive, the wrong put negative
-        assert vict[failure, found] > 0 and vict[failure, take] > 0 and vict[failure, heat] > 0
+        # walking to the fridge is not, nor finding the countertop: the core is cl↓(found)
+        assert vict[success, 0] == vict[success, 5] == 0
+    for failure in (1, 3):  # finding, take, bringing and heat positive, the wrong put negative
+        assert vict[failure, found] > 0 and vict[failure, take] > 0
+        assert vict[failure, bring] > 0 and vict[failure, heat] > 0
         assert vict[failure, put] < 0
-    failure = group.attributions[1]
-    assert failure.core == {3} and failure.prerequisites == {0, 1, 2}
+    failure = group.attributions[1]  # the countertop never found, the egg not on it
+    assert failure.core == {4, 5} and failure.prerequisites == {0, 1, 2, 3}
     # Opening the fridge found the egg: a write of `found`.
-    assert group.traces[0].omega[1].tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0])
+    assert group.traces[0].omega[1].tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     assert int(eligibility_violations(result.corrections, result.normalised.values,
                                       inputs["eligible"], inputs["omega"])) == 0
 
@@ -333,8 +335,8 @@ def test_ablations_produce_valid_kernel_inputs(credit):
         again = _egg_group(VictHostConfig(credit=credit))[1]
         np.testing.assert_array_equal(group.omega, again.omega)
     elif credit == "no-core":
-        assert group.attributions[1].core == {3}  # the only unsatisfied atom
-        assert group.attributions[0].core == {0, 1, 2, 3}
+        assert group.attributions[1].core == {4, 5}  # the unsatisfied atoms
+        assert group.attributions[0].core == {0, 1, 2, 3, 4, 5}
     elif credit == "dense-atom-reward":
         assert (group.marginals >= 0).all()
         assert group.omega[1, 6].sum() == 0  # the wrong put improved nothing
@@ -350,8 +352,8 @@ def test_trace_statuses_and_edges_of_the_egg():
     verifier = HouseholdVerifier(KITCHEN)
     trace = proof_graph(verifier, _rollout(SUCCESS, 1.0).states, SUCCESS)
     edges = {(e.turn, e.atom, e.relation) for e in trace.edges}
-    assert edges == {(1, 0, "write"), (2, 1, "write"), (4, 2, "write"),
-                     (4, 3, "write"), (6, 3, "write"), (6, 3, "commit")}
+    assert edges == {(1, 0, "write"), (2, 1, "write"), (3, 2, "write"), (4, 3, "write"),
+                     (4, 5, "write"), (5, 4, "write"), (6, 5, "write"), (6, 5, "commit")}
     with pytest.raises(ValueError, match="one more snapshot"):
         proof_graph(verifier, _rollout(SUCCESS, 1.0).states[:-1], SUCCESS)
 
@@ -426,16 +428,18 @@ def test_the_papers_alfworld_cases():
         return np.sign(vict[row, :len(rollouts[row].actions)]).astype(int).tolist()
 
     # Table 13: the empty microwave opened first is search without a core atom (0); opening
-    # the fridge finds the egg, then take, heat and the final put are credited; walking is not.
-    assert signs(0) == [0, 0, 0, 1, 1, 0, 1, 0, 1]
+    # the fridge finds the egg, then take, going to the microwave with it (the table's support
+    # path), heat and the final put are credited; the walk to the countertop is not.
+    assert signs(0) == [0, 0, 0, 1, 1, 1, 1, 0, 1]
     # Table 14: looks and container openings after the egg is held earn nothing.
-    assert signs(1) == [0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1]
-    # Table 14: a wrong object put on the target is the violation that gets the blame.
-    assert signs(2) == [0, 0, 0, -1]
-    assert [e.relation for e in group.traces[2].edges] == ["violation"]
-    # A premature placement left in place: finding and taking the egg keep positive credit, the
-    # put of the unheated egg is negative.
-    assert signs(3) == [0, 1, 1, 0, -1]
+    assert signs(1) == [0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1]
+    # Table 14: a wrong object put on the target is the violation that gets the blame; finding
+    # the target supports the placement.
+    assert signs(2) == [0, 0, 1, -1]
+    assert [e.relation for e in group.traces[2].edges] == ["write", "violation"]
+    # A premature placement left in place: finding and taking the egg and finding the target
+    # keep positive credit, the put of the unheated egg is negative.
+    assert signs(3) == [0, 1, 1, 1, -1]
 
 
 def _expert_actions(env, task) -> list[str]:
