@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from prover_jax import compile_cache
 from prover_jax.config import (
     add_arguments,
@@ -167,10 +169,18 @@ def write_run_config(directory: Path, config: TrainConfig) -> None:
     tmp.replace(path)
 
 
+def most_credited(added: Sequence[Any]) -> tuple[int, float]:
+    """How far some turns' credit departs from the flat outcome advantage, from what each source
+    added to it (float arrays): the sources that act on them, then the sum of what they added in
+    absolute value; the larger, the more credited."""
+    return (sum(bool(np.any(value)) for value in added),
+            float(sum(np.abs(value).sum() for value in added)))
+
+
 def credit_lines(directory: Path, width: int = 36) -> list[str]:
-    """The sampled group of ``samples.jsonl`` whose credit departs most from the flat outcome
-    advantage (the earliest such step): its episodes action by action, with the credit each
-    source gave them. None without samples."""
+    """The most credited sampled group of ``samples.jsonl`` (`most_credited`; the earliest of
+    equals): its episodes action by action, with the credit each source gave them. None without
+    samples."""
     path = directory / "samples.jsonl"
     records = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
                if path.exists() else [])
@@ -178,11 +188,12 @@ def credit_lines(directory: Path, width: int = 36) -> list[str]:
         return []
     steps = sorted({r["step"] for r in records})
 
-    def departure(step: int) -> float:
-        return sum(abs(v) for r in records if r["step"] == step for a in r["actions"]
-                   for name, v in a["parts"].items() if name != "outcome")
+    def credited(step: int) -> tuple[int, float]:
+        actions = [a["parts"] for r in records if r["step"] == step for a in r["actions"]]
+        sources = dict.fromkeys(name for parts in actions for name in parts if name != "outcome")
+        return most_credited([[parts.get(name, 0.0) for parts in actions] for name in sources])
 
-    step = max(steps, key=lambda s: (departure(s), -s))
+    step = max(steps, key=lambda s: (credited(s), -s))
     chosen = [r for r in records if r["step"] == step]
     names = list(chosen[0]["actions"][0]["parts"]) if chosen[0]["actions"] else ["outcome"]
     added = [n for n in names if n != "outcome"]

@@ -57,6 +57,7 @@ from prover_jax.train import (
     TinyModel,
     TrainConfig,
     check_run_config,
+    most_credited,
     write_run_config,
 )
 from tpu import distributed
@@ -582,8 +583,8 @@ SAMPLES = 2  # episodes of the step's most credited group written to samples.jso
 
 
 def sample_records(groups: Sequence[Sequence[Episode]], parts: Mapping[str, Any]) -> list[dict]:
-    """The best and the worst episode of the step's group whose credit departs most from the
-    flat outcome advantage (the first such group), as text, with each action's credit.
+    """The best and the worst episode of the step's most credited group (`most_credited`; the
+    first of equals), as text, with each action's credit.
 
     Args:
       groups: the step's episodes, in the batch's row order.
@@ -598,10 +599,10 @@ def sample_records(groups: Sequence[Sequence[Episode]], parts: Mapping[str, Any]
     if not any(groups):
         return []
     parts = {name: np.asarray(jax.device_get(value)) for name, value in parts.items()}
-    departure = sum(np.abs(value) for name, value in parts.items() if name != "outcome")
     starts = np.cumsum([0, *map(len, groups)])
-    chosen = max(range(len(groups)),
-                 key=lambda g: (float(departure[starts[g]:starts[g + 1]].sum()), -g))
+    chosen = max(range(len(groups)), key=lambda g: (
+        most_credited([value[starts[g]:starts[g + 1]] for name, value in parts.items()
+                       if name != "outcome"]), -g))
     group = groups[chosen]
     order = sorted(range(len(group)), key=lambda m: group[m].reward)
     records = []
