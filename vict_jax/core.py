@@ -9,8 +9,9 @@ lists and the verifier's aggregator ``F``:
 - Failure (``q = -1``): repairing a set of unsatisfied or violated atoms satisfies ``cl↑(S)``,
   S and its unsatisfied ancestors; ``v(S) = F(z̄, cl↑(S) → SAT) - F(z̄)``.
 - Greedy generator search with budget ``B`` and a backward deletion pass; the core is the
-  closure of the generators. Marginals are exact Shapley values of ``v`` restricted to the core
-  (or leave-one-out, the paper's literal reading, as an option).
+  closure of the generators, of at most ``max_exact`` atoms. Marginals are exact Shapley
+  values of ``v`` restricted to the core (or leave-one-out, the paper's literal reading, as an
+  option).
 - On failure, satisfied ancestors of the correction core get a positive marginal: their Shapley
   value in the removal game on the repaired assignment, restricted to themselves and the core.
 
@@ -47,7 +48,7 @@ class CoreConfig:
     marginal: Literal["shapley", "loo"] = "shapley"
     support_prerequisites: bool = True
     core: Literal["greedy", "all"] = "greedy"  # "all": every candidate is in the core (no-core)
-    max_exact: int = 14  # larger cores would need > 2^14 evaluations of F: abstain (budget)
+    max_exact: int = 14  # largest valid core: exact Shapley takes 2^|core| evaluations of F
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +133,7 @@ def sign(advantage: float, eps: float) -> int:
     return 0 if abs(advantage) <= eps else (1 if advantage > 0 else -1)
 
 
-def greedy_generators(game: Game, rho: float, budget: int
+def greedy_generators(game: Game, rho: float, budget: int, max_core: int
                       ) -> tuple[tuple[int, ...], float, str | None, bool]:
     """Generators, their value, an abstention reason (or None) and whether the budget ran out.
 
@@ -142,16 +143,26 @@ def greedy_generators(game: Game, rho: float, budget: int
     parents precede their children, so in a failure whose unsatisfied prerequisites come first
     (tau's authentication, lookups and confirmations) that spends the budget on atoms whose
     repair is already in their dependents' closures and cannot raise ``v`` alone.
+
+    Only candidates keeping ``cl(S ∪ {j})`` within ``max_core`` atoms are valid: that closure
+    is the core, whose marginals are exact (2^|core| evaluations), and the paper's core is
+    compact. Without the limit the tie-break picks, in a tau success, the authentication that
+    every other atom depends on, whose closure is the whole task, and the rollout abstains
+    although a smaller closed set reaches ``ρ``. With no valid candidate left the search
+    abstains: ``budget`` if the others could still reach ``ρ``, else ``core-search-failed``.
     """
     chosen: list[int] = []
     remaining = game.candidates()
     while game.value(chosen) < rho:
-        if not remaining:
-            return tuple(chosen), game.value(chosen), "core-search-failed", False
+        valid = [j for j in remaining if len(game.closure(chosen + [j])) <= max_core]
+        if not valid:
+            reachable = game.value(chosen + remaining) >= rho
+            return (tuple(chosen), game.value(chosen),
+                    "budget" if reachable else "core-search-failed", reachable)
         if len(chosen) == budget:
             return tuple(chosen), game.value(chosen), "budget", True
-        best = max(remaining, key=lambda j: (game.value(chosen + [j]),
-                                              len(game.closure(chosen + [j])), -j))
+        best = max(valid, key=lambda j: (game.value(chosen + [j]),
+                                         len(game.closure(chosen + [j])), -j))
         chosen.append(best)
         remaining.remove(best)
     for j in sorted(chosen):
@@ -217,7 +228,8 @@ def attribute(aggregate: Aggregate, statuses: Sequence[Status], parents: Sequenc
         if value < rho or not generators:
             reason = "core-search-failed"
     else:
-        generators, value, reason, budget_hit = greedy_generators(game, rho, config.budget)
+        generators, value, reason, budget_hit = greedy_generators(game, rho, config.budget,
+                                                                   config.max_exact)
     if reason is None and config.eta > 0 and abs(value - rho) <= 2 * config.eta:
         reason = "uncertainty-band"
     core = game.closure(generators)

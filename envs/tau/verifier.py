@@ -8,6 +8,14 @@ along the ground-truth diff — the records the ground-truth calls change, compa
   ground-truth value. PATH descends while both sides are dicts, so a gift-card balance is its
   own atom; ``*`` is a record the ground truth creates. UNSAT while the field still has its base
   value, VIOL once written to anything else.
+- ``db:TABLE/KEY:PATH@I`` (the same family): a field that several ground-truth calls change in
+  turn (a reservation's payment history after a flight change and a bag update, a gift card's
+  balance) has a stage per call: call I's value, and the last call's is ``db:TABLE/KEY:PATH``.
+  A stage is SAT once the field holds its value or a later stage's, UNSAT while it holds the
+  base value or an earlier stage's, VIOL otherwise, and it depends on the previous stage. A
+  call that writes its share correctly satisfies its own stage and leaves the later stages
+  unchanged, so when a later call is missing it is neither the writer nor the violator of the
+  unfinished field.
 - ``db:TABLE/KEY:rest`` (state, hard, ``db-rest``): the rest of that record is unchanged.
 - ``db:no-extra-write`` (state, hard, ``db-extra``): no other record differs from the base.
 - ``output:I`` (evidence, hard, ``output``): required output I was said to the user.
@@ -22,13 +30,14 @@ along the ground-truth diff — the records the ground-truth calls change, compa
   prerequisite, ``lookup``): a successful read call named a record the ground truth changes.
 
 The dependencies are the policy's order: a record's lookup and each confirmation depend on the
-authentication, and a field depends on its record's lookup and on the confirmation of the
-ground-truth write that changes it, so the calls and the turns that establish them are on the
-field's proof path. A write commits the fields that the ground-truth call of the same tool on
-the same record changes (plus the record's rest, ``no-extra-write`` and its confirmation): a
-correct call is not blamed for a field another tool should write, and a field a call should
-have changed but did not is charged to it. A write no ground-truth call matches commits every
-field of the records it targets.
+authentication, and a field's stage depends on its record's lookup and on the confirmation of
+the ground-truth write that makes it, so the calls and the turns that establish them are on the
+field's proof path. A write commits the stages that the ground-truth calls of the same tool on
+the same record make (only the one with the same arguments if there is one: the ground truth
+may book several reservations for one user), plus the record's rest, ``no-extra-write`` and
+its confirmation: a correct call is not blamed for a field another call should write, and a
+field a call should have changed but did not is charged to it. A write no ground-truth call
+matches commits every field of the records it targets.
 
 These are the paper's tau-bench families (VICT Table 10): target record identified (``auth``,
 ``lookup``), confirmation obtained (``policy-confirm``), target field updated (``db-field``),
@@ -141,13 +150,12 @@ def altered(value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A record the ground truth changes: its diff paths with base and ground-truth values."""
+    """A record the ground truth changes: its diff paths with their base values."""
 
     table: str
     key: str
     paths: tuple[Path, ...]
     base_values: tuple[str, ...]
-    truth_values: tuple[str, ...]
     rest: str | None  # digest of the record outside ``paths``; None for a created record
 
     def var(self, path: Path) -> str:
@@ -165,6 +173,34 @@ class Target:
         return f"lookup:{self.table}/{self.key}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """A value a target field takes when the ground truth is replayed: the one ground-truth
+    call ``call`` writes, as the evidence variable ``var`` (the field's own variable for the
+    field's last value, ``FIELD@CALL`` for an earlier one)."""
+
+    var: str
+    call: int
+    reached: tuple[str, ...]  # this stage's value and the later stages'
+    before: tuple[str, ...]  # the base value and the earlier stages'
+
+    def progress(self, value: str) -> bool | str:
+        """True once the field holds this stage's value or a later one, False while it holds
+        the base value or an earlier stage's, else the value itself (off the ground truth)."""
+        return True if value in self.reached else False if value in self.before else value
+
+
+def stages_of(field: str, base_value: str, values: Sequence[tuple[int, str]]
+              ) -> tuple[Stage, ...]:
+    """The stages of one field from ``(call, value)`` of each ground-truth call that changes
+    it, in order; the last keeps the field's variable."""
+    texts = [value for _, value in values]
+    return tuple(
+        Stage(field if k == len(values) - 1 else f"{field}@{call}", call, tuple(texts[k:]),
+              (base_value, *texts[:k]))
+        for k, (call, _) in enumerate(values))
+
+
 def _targets(base: Base, changes: Changes) -> tuple[Target, ...]:
     """The records ``changes`` make differ from the base, with their diff paths."""
     db = Db(base, changes)
@@ -175,7 +211,7 @@ def _targets(base: Base, changes: Changes) -> tuple[Target, ...]:
         paths = tuple(diff_paths(before, after))
         rest = None if before is _NONE else digest(without(after, paths))
         targets.append(Target(table, key, paths, tuple(canonical_at(before, p) for p in paths),
-                              tuple(canonical_at(after, p) for p in paths), rest))
+                              rest))
     return tuple(targets)
 
 
@@ -232,14 +268,18 @@ class TauVerifier(Verifier):
             (i, action.name, _primary(self.domain, self.base, action.name, action.kwargs))
             for i, action in enumerate(self.spec.actions)
             if self.domain.by_name[action.name].writes and replay.succeeded[i])
-        self.write_fields = self._write_fields()
+        self.stages = self._stages()
+        # per expected write, the stage variables it makes
+        self.write_fields = {i: frozenset(stage.var for stages in self.stages.values()
+                                          for stage in stages if stage.call == i)
+                             for i, _, _ in self.writes_expected}
         self.atoms = self._atoms()
         check_atoms(self.atoms)
 
-    def _write_fields(self) -> dict[int, frozenset[str]]:
-        """Per expected write (its index in the ground truth), the field variables it changes
-        when the ground truth is replayed."""
-        db, out = Db(self.base), {}
+    def _stages(self) -> dict[str, tuple[Stage, ...]]:
+        """Per target field variable, its stages: the values the expected writes give it when
+        the ground truth is replayed."""
+        db, values = Db(self.base), {}
         expected = {i for i, _, _ in self.writes_expected}
         for i, action in enumerate(self.spec.actions):
             tool = self.domain.by_name.get(action.name)
@@ -249,8 +289,13 @@ class TauVerifier(Verifier):
             call(self.domain, db, action.name, action.kwargs)
             if i in expected:
                 after = self._fields(db)
-                out[i] = frozenset(v for v in before if before[v] != after[v])
-        return out
+                for var in before:
+                    if before[var] != after[var]:
+                        values.setdefault(var, []).append((i, after[var]))
+        return {target.var(path): stages_of(target.var(path), base_value,
+                                            values.get(target.var(path), ()))
+                for target in self.targets
+                for path, base_value in zip(target.paths, target.base_values)}
 
     def _fields(self, db: Db) -> dict[str, str]:
         """The canonical value of every target field variable in ``db``."""
@@ -283,14 +328,16 @@ class TauVerifier(Verifier):
                               description=f"the user said yes before the {name} call"))
         for target in self.targets:
             record = (lookup[target.table, target.key],) if target.rest is not None else ()
-            for path, value in zip(target.paths, target.truth_values):
-                var = target.var(path)
-                confirmed = tuple(confirm[i] for i, fields in self.write_fields.items()
-                                  if var in fields)
-                atoms.append(Atom(
-                    f"db:{var}", Kind.COMMIT, Role.HARD, "db-field", (var,),
-                    (*record, *confirmed), irreversible=True, source=SOURCE,
-                    description=f"{var} becomes {value[:80]}"))
+            for path in target.paths:
+                previous = ()
+                for stage in self.stages[target.var(path)]:
+                    name = self.spec.actions[stage.call].name
+                    atoms.append(Atom(
+                        f"db:{stage.var}", Kind.COMMIT, Role.HARD, "db-field", (stage.var,),
+                        (*record, confirm[stage.call], *previous), irreversible=True,
+                        source=SOURCE, description=f"{target.var(path)} becomes "
+                        f"{stage.reached[0][:80]} (ground-truth call {stage.call}, {name})"))
+                    previous = (len(atoms) - 1,)
             if target.rest is not None:
                 atoms.append(Atom(
                     f"db:{target.rest_var}", Kind.STATE, Role.HARD, "db-rest",
@@ -312,14 +359,17 @@ class TauVerifier(Verifier):
         return tuple(atoms)
 
     def evidence(self, state: State) -> dict[str, Hashable]:
-        """Φ: the target fields and rests, stray writes, outputs said, truncation, writes."""
+        """Φ: each field stage's progress (:meth:`Stage.progress`), the rests, stray writes,
+        outputs said, truncation, writes."""
         db = Db(self.base, state.changes)
         evidence: dict[str, Hashable] = {}
         for target in self.targets:
             record = db.read(target.table, target.key) if db.has(
                 target.table, target.key) else _NONE
             for path in target.paths:
-                evidence[target.var(path)] = canonical_at(record, path)
+                value = canonical_at(record, path)
+                for stage in self.stages[target.var(path)]:
+                    evidence[stage.var] = stage.progress(value)
             if target.rest is not None:
                 evidence[target.rest_var] = (
                     ABSENT if record is _NONE else digest(without(record, target.paths)))
@@ -356,10 +406,11 @@ class TauVerifier(Verifier):
                         if tool == name and record == primary]
             statuses.append(UNSAT if not matching else SAT if all(matching) else VIOL)
         for target in self.targets:
-            for path, before, after in zip(target.paths, target.base_values,
-                                           target.truth_values):
-                value = evidence[target.var(path)]
-                statuses.append(SAT if value == after else UNSAT if value == before else VIOL)
+            for path in target.paths:
+                for stage in self.stages[target.var(path)]:
+                    progress = evidence[stage.var]
+                    statuses.append(SAT if progress is True else UNSAT if progress is False
+                                    else VIOL)
             if target.rest is not None:
                 statuses.append(SAT if evidence[target.rest_var] == target.rest else VIOL)
         statuses.append(VIOL if evidence["extra"] else SAT)
@@ -385,9 +436,7 @@ class TauVerifier(Verifier):
         if tool is None or not tool.writes:
             return frozenset()
         prefixes = tuple(f"{t}/{k}:" for t, k in tool.targets(self.base, parsed.arguments))
-        primary = _primary(self.domain, self.base, parsed.name, parsed.arguments)
-        matched = [i for i, name, record in self.writes_expected
-                   if name == parsed.name and record == primary]
+        matched = self._matching(parsed.name, parsed.arguments)
         fields = (frozenset().union(*(self.write_fields[i] for i in matched)) if matched
                   else None)
         confirms = {f"policy:confirm:{i}:{parsed.name}" for i in matched}
@@ -401,6 +450,17 @@ class TauVerifier(Verifier):
             return atom.id in ("db:no-extra-write", "policy:confirm-every-write", *confirms)
 
         return frozenset(j for j, atom in enumerate(self.atoms) if committed(atom))
+
+    def _matching(self, name: str, arguments: Mapping[str, Any]) -> list[int]:
+        """The expected writes a call stands for: those of the same tool on the same primary
+        record, narrowed to those with the same arguments when there are any (the ground truth
+        may book several reservations for one user)."""
+        primary = _primary(self.domain, self.base, name, arguments)
+        matched = [i for i, tool, record in self.writes_expected
+                   if tool == name and record == primary]
+        key = data_lib.arguments_key(arguments)
+        same = [i for i in matched if data_lib.arguments_key(self.spec.actions[i].kwargs) == key]
+        return same or matched
 
     def score(self, state: State) -> float:
         """V: the environment's own hash-based reward (:func:`envs.tau.episode.reward`)."""

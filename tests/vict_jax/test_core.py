@@ -169,3 +169,30 @@ def test_a_failure_behind_many_unsatisfied_prerequisites_still_finds_its_core():
     found = attribute(conjunction, statuses, parents, -1.0, config=CoreConfig(budget=8))
     assert found.reason is None and found.generators == (9,)
     assert found.core == frozenset(range(10))
+
+
+def _conjunction(z):
+    return float(all(s == SAT for s in z))
+
+
+def test_a_success_core_is_the_largest_closure_within_the_exact_budget():
+    # tau's shape: every record's lookup depends on the authentication, every field on its
+    # record's lookup. All satisfied, every candidate's removal fails the conjunction: all tie,
+    # and the authentication's closure (13 atoms) is too large for exact marginals, so the
+    # search takes the first lookup's (4 atoms) instead of abstaining for budget
+    parents = [()] + [(0,)] * 3 + [(1 + k // 3,) for k in range(9)]
+    found = attribute(_conjunction, [SAT] * 13, parents, 1.0, config=CoreConfig(max_exact=8))
+    assert found.reason is None and not found.budget_hit
+    assert found.generators == (1,) and found.core == {1, 4, 5, 6}
+    assert found.marginals == pytest.approx(dict.fromkeys((1, 4, 5, 6), 0.25))
+    assert attribute(_conjunction, [SAT] * 13, parents, 1.0).generators == (0,)
+
+
+def test_a_core_beyond_the_exact_budget_abstains_for_budget_only_when_reachable():
+    # a failed chain of ten: only the whole chain's repair reaches ρ
+    parents = [()] + [(j,) for j in range(9)]
+    tight = attribute(_conjunction, [UNSAT] * 10, parents, -1.0, config=CoreConfig(max_exact=5))
+    assert tight.reason == "budget" and tight.budget_hit and not tight.marginals
+    blocked = attribute(_conjunction, [UNK] + [UNSAT] * 9, parents, -1.0,
+                        config=CoreConfig(max_exact=5))
+    assert blocked.reason == "core-search-failed" and not blocked.budget_hit
