@@ -135,7 +135,7 @@ def per_training_step(runs: Path = RUNS) -> list[dict]:
     out = []
     for arm in TRAINING_ARMS:
         rows = [row for path in sorted(runs.glob(f"{arm}-seed*"))
-                for row in read_metrics(path)[1:]]
+                for row in read_metrics(path, before_training=False)[1:]]
         if not rows:
             continue
         step = [sum(v for k, v in row.items() if k.startswith("time/")) for row in rows]

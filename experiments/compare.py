@@ -135,7 +135,8 @@ def finished(run_dir: Path) -> bool:
 
 def curve(run_dir: Path, start_success: float) -> tuple[list[int], list[float]]:
     """(updates, held-out success) of a run, the SFT start as update 0."""
-    points = [(row["step"] + 1, row[SUCCESS]) for row in read_metrics(run_dir) if SUCCESS in row]
+    points = [(row["step"] + 1, row[SUCCESS])
+              for row in read_metrics(run_dir, before_training=False) if SUCCESS in row]
     return [0] + [u for u, _ in points], [start_success] + [s for _, s in points]
 
 
@@ -146,7 +147,8 @@ def summarize(runs: dict[str, dict[int, Path]], start_success: float) -> dict:
         curves = {seed: curve(path, start_success) for seed, path in by_seed.items()}
         finals = [c[1][-1] for c in curves.values()]
         aucs = [float(np.mean(c[1])) for c in curves.values()]
-        rows = [row for path in by_seed.values() for row in read_metrics(path)]
+        rows = [row for path in by_seed.values()
+                for row in read_metrics(path, before_training=False)]
         out[arm] = {
             "seeds": sorted(by_seed),
             "final_success_mean": float(np.mean(finals)),

@@ -34,8 +34,10 @@ FAMILIES = (("eval", "held-out evaluation"), ("time", "seconds per step"))
 CREDIT = "credit"
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The run's metric rows, in step order (one per step; a resumed run's last line wins)."""
+def read_metrics(run_dir: str | Path, before_training: bool = True) -> list[dict]:
+    """The run's metric rows, in step order (one per step; a resumed run's last line wins),
+    with the evaluation before the first update (step -1, `eval_at_start`) unless
+    ``before_training`` is False."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no metrics (is {run_dir} a run directory?)")
@@ -44,7 +46,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         if line.strip():
             row = json.loads(line)
             rows[row["step"]] = row
-    return [rows[step] for step in sorted(rows)]
+    return [rows[step] for step in sorted(rows) if before_training or step >= 0]
 
 
 def panel_of(name: str) -> tuple[str, str]:

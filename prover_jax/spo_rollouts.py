@@ -222,7 +222,7 @@ def budget_schedule_of_run(run_dir: str | Path, group_size: int, phase_steps: in
     from prover_jax.plot import read_metrics
 
     key = f"credit/prover/{measure}"
-    rows = read_metrics(run_dir)
+    rows = read_metrics(run_dir, before_training=False)
     if not rows or any(key not in row for row in rows):
         raise ValueError(f"{run_dir}: its metrics have no {key} on every step (a ProVer run, "
                          "prover or prover+vict, records it)")

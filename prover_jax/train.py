@@ -179,25 +179,26 @@ def most_credited(added: Sequence[Any]) -> tuple[int, float]:
 
 def credit_lines(directory: Path, width: int = 36) -> list[str]:
     """The most credited sampled group of ``samples.jsonl`` (`most_credited`; the earliest of
-    equals): its episodes action by action, with the credit each source gave them. None without
-    samples."""
+    equals; with several processes a step samples a group on each): its episodes action by
+    action, with the credit each source gave them. None without samples."""
     path = directory / "samples.jsonl"
     records = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
                if path.exists() else [])
     if not records:
         return []
-    steps = sorted({r["step"] for r in records})
+    sampled = sorted({(r["step"], r["group"]) for r in records})
 
-    def credited(step: int) -> tuple[int, float]:
-        actions = [a["parts"] for r in records if r["step"] == step for a in r["actions"]]
+    def credited(key: tuple[int, int]) -> tuple[int, float]:
+        actions = [a["parts"] for r in records if (r["step"], r["group"]) == key
+                   for a in r["actions"]]
         sources = dict.fromkeys(name for parts in actions for name in parts if name != "outcome")
         return most_credited([[parts.get(name, 0.0) for parts in actions] for name in sources])
 
-    step = max(steps, key=lambda s: (credited(s), -s))
-    chosen = [r for r in records if r["step"] == step]
+    step, group = max(sampled, key=lambda key: (credited(key), -key[0], -key[1]))
+    chosen = [r for r in records if (r["step"], r["group"]) == (step, group)]
     names = list(chosen[0]["actions"][0]["parts"]) if chosen[0]["actions"] else ["outcome"]
     added = [n for n in names if n != "outcome"]
-    lines = [f"credit at step {step + 1}, group {chosen[0]['group']} ({chosen[0]['task']}): "
+    lines = [f"credit at step {step + 1}, group {group} ({chosen[0]['task']}): "
              "outcome is the flat advantage GRPO gives every action, "
              + ", ".join(added) + " what the method added"]
     header = f"  {'turn':>4}  {'action':<{width}}" + "".join(f"{n:>9}" for n in

@@ -406,7 +406,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 **step_metrics(episodes, metrics, output.diagnostics, laps.seconds),
                 **evaluation})
             parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
-            records = merged_records({**output.records, "samples": sample_records(groups, parts)})
+            records = merged_records({**output.records,
+                                      "samples": sample_records(groups, parts, mine)})
             row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}
             run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                           step_s=f"{sum(laps.seconds.values()):.1f}")
@@ -491,9 +492,11 @@ class RunDirectory:
 
     def started(self) -> bool:
         """Whether the run has taken a step or evaluated before its first
-        (`write_before_training`)."""
+        (`write_before_training`): process 0's answer, which writes the metrics, on every
+        process (they then evaluate or not together)."""
         path = self.directory / f"{METRICS}.jsonl"
-        return int(self.state.step) > 0 or (path.exists() and bool(path.read_text().strip()))
+        here = int(self.state.step) > 0 or (path.exists() and bool(path.read_text().strip()))
+        return distributed.gather_objects(here)[0]
 
     def write_before_training(self, evaluation: dict[str, float]) -> None:
         """The held-out evaluation of the initial model as metrics.jsonl's step -1, with a log
@@ -582,19 +585,21 @@ def step_line(row: Mapping[str, float], steps: int) -> str:
 SAMPLES = 2  # episodes of the step's most credited group written to samples.jsonl: best, worst
 
 
-def sample_records(groups: Sequence[Sequence[Episode]], parts: Mapping[str, Any]) -> list[dict]:
-    """The best and the worst episode of the step's most credited group (`most_credited`; the
+def sample_records(groups: Sequence[Sequence[Episode]], parts: Mapping[str, Any],
+                   positions: Sequence[int]) -> list[dict]:
+    """The best and the worst episode of the most credited of `groups` (`most_credited`; the
     first of equals), as text, with each action's credit.
 
     Args:
-      groups: the step's episodes, in the batch's row order.
+      groups: this process's groups of the step, in the batch's row order.
       parts: float [B, T] per-turn advantages of the batch's rows by source, "outcome" and
         what each method added to it (`credit.parts`).
+      positions: each group's position in the step (`process_groups`).
 
     Returns:
-      One record per episode: task, group, member, reward, the first observation and per action
-      its text, whether it was valid, the observation after it, its credit and the credit's
-      parts.
+      One record per episode: task, group (its position in the step), member, reward, the first
+      observation and per action its text, whether it was valid, the observation after it, its
+      credit and the credit's parts.
     """
     if not any(groups):
         return []
@@ -610,7 +615,7 @@ def sample_records(groups: Sequence[Sequence[Episode]], parts: Mapping[str, Any]
         episode, row = group[member], int(starts[chosen]) + member
         records.append({
             "task": f"{episode.task.env}/{episode.task.split}/{episode.task.index}",
-            "group": chosen, "member": member, "reward": episode.reward,
+            "group": positions[chosen], "member": member, "reward": episode.reward,
             "observation": episode.observations[0] if episode.observations else "",
             "actions": [{"action": action.text, "valid": valid, "observation": after,
                          "credit": float(sum(value[row, t] for value in parts.values())),

@@ -92,7 +92,9 @@ def test_budget_matched_schedule():
 def test_a_budget_schedule_from_a_prover_runs_metrics(tmp_path):
     key = "credit/prover/extra_env_steps_fraction"
     rows = [{"step": s, key: f} for s, f in enumerate([0.1, 0.1, 0.5, 0.5, 0.5])]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = {"step": -1, "eval/greedy/success": 0.2}  # an evaluation before training
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n"
+                                                    for r in (before, *rows)))
     assert budget_schedule_of_run(tmp_path, 8, phase_steps=2) == budget_matched_schedule(
         [0.1, 0.1, 0.5, 0.5, 0.5], 8, 2)
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "reward/mean": 0.5}) + "\n")

@@ -304,7 +304,7 @@ def test_a_finished_run_names_its_result_files_and_plots(tmp_path):
     assert len(closing_lines(tmp_path)) == 3  # no evaluation, no line for it
 
 
-def test_a_finished_run_shows_the_group_its_credit_acted_on_most(tmp_path):
+def test_a_finished_run_shows_the_group_most_sources_of_credit_acted_on(tmp_path):
     def action(text: str, outcome: float, prover: float, vict: float) -> dict:
         parts = {"outcome": outcome, "prover": prover, "vict": vict}
         return {"action": text, "parts": parts, "credit": sum(parts.values())}
@@ -315,8 +315,11 @@ def test_a_finished_run_shows_the_group_its_credit_acted_on_most(tmp_path):
              "actions": [action("go to sink 1", 0.5, 0.0, 0.0),
                          action("take apple 1 from sink 1", 0.5, 0.25, -0.125)]}
     failed = {**acted, "member": 3, "reward": 0.0, "actions": [action("look", -0.5, 0, 0)]}
+    # another process's group of the same step, and a later step that only VICT moved further
+    other_process = {**acted, "group": 5, "member": 6, "actions": [action("look", 0.5, 0, 0.1)]}
+    one_source = {**flat, "step": 2, "actions": [action("go to sink 1", 0.5, 0.0, 3.0)]}
     (tmp_path / "samples.jsonl").write_text("".join(
-        json.dumps(r) + "\n" for r in (flat, acted, failed)))
+        json.dumps(r) + "\n" for r in (flat, acted, failed, other_process, one_source)))
     lines = credit_lines(tmp_path, width=26)
     assert lines[0].startswith("credit at step 2, group 2 (household/train/7): outcome is the "
                                "flat advantage GRPO gives every action, prover, vict what")
