@@ -34,9 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from envs import json_text
 from envs.base import Task
-from models.qwen import QwenConfig, kv_cache
+from models.qwen import QwenConfig, chat, kv_cache
 from models.qwen.chat import END_OF_TURN, AgentFormat
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
@@ -44,7 +43,6 @@ from prover_jax.rollout import Action, Episode, Policy
 from prover_jax.settings import SamplingConfig
 from tpu.mesh import AXES, BATCH_AXES, cache_shardings, row_sharding
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
@@ -58,17 +56,14 @@ def sampler_mesh(params) -> Mesh | None:
 
 
 def parse_action(reply: str) -> str:
-    """The ``action`` of the reply's first ``act`` tool call, else its text without thoughts."""
-    for match in _TOOL_CALL.finditer(reply):
-        try:
-            call = json_text.loads(match.group(1))
-        except ValueError:
+    """The ``action`` of the reply's first ``act`` tool call (in the JSON or the XML form,
+    `chat.parse_call`), else its text without thoughts."""
+    for block in chat.tool_call_blocks(reply):
+        call = chat.parse_call(block)
+        if call is None or call.name != "act" or not isinstance(call.arguments, dict):
             continue
-        if not isinstance(call, dict) or call.get("name") != "act":
-            continue
-        arguments = call.get("arguments")
-        if isinstance(arguments, dict) and isinstance(arguments.get("action"), str):
-            return arguments["action"]
+        if isinstance(call.arguments.get("action"), str):
+            return call.arguments["action"]
     return _THINK.sub("", reply).strip()
 
 

@@ -14,9 +14,14 @@ tokenizer's offsets; a token straddling a boundary is an error, never a silent s
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import jinja2
+import jinja2.meta
 import numpy as np
 import transformers
 
@@ -64,6 +69,76 @@ CHATML_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+
+
+# What `apply_chat_template` itself passes to a template; the other names it reads are arguments
+# a caller may set (Qwen3's `enable_thinking`).
+TEMPLATE_INPUTS = frozenset({"messages", "tools", "add_generation_prompt", "documents",
+                             "continue_final_message"})
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*?)</function>\s*", re.DOTALL)
+_PARAMETER = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
+
+
+def template_arguments(tokenizer) -> frozenset[str]:
+    """The names the tokenizer's chat template reads beyond the conversation itself: the
+    arguments a caller may pass it (e.g. {"enable_thinking"} for Qwen3's)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return frozenset()
+    parsed = jinja2.Environment().parse(template)
+    return frozenset(jinja2.meta.find_undeclared_variables(parsed)) - TEMPLATE_INPUTS
+
+
+def check_template_arguments(tokenizer, arguments: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the first argument the tokenizer's chat template never reads
+    (a misspelt ``enable_thinking`` would otherwise change nothing, silently)."""
+    known = template_arguments(tokenizer)
+    for name in sorted(arguments):
+        if name in TEMPLATE_INPUTS or name not in known:
+            raise ValueError(f"chat template argument {name!r} is not one the model's chat "
+                             f"template reads; it reads {sorted(known) or 'none'}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedCall:
+    """One tool call from a model's text: ``arguments`` an object, or the text the model wrote
+    when it is not a JSON object."""
+
+    name: str
+    arguments: dict[str, Any] | str
+
+
+def parse_call(block: str) -> ParsedCall | None:
+    """The call inside one ``<tool_call>`` block, written either as Qwen2.5 / Qwen3 write it
+    (``{"name": ..., "arguments": {...}}``) or as Qwen3.5 does (``<function=NAME>`` with one
+    ``<parameter=KEY>`` block per argument, values as text); None when it is neither."""
+    function = _FUNCTION.fullmatch(block)
+    if function is not None:
+        name, body = function.group(1).strip(), function.group(2)
+        arguments = dict(_PARAMETER.findall(body))
+        if _PARAMETER.sub("", body).strip():
+            return None
+        return ParsedCall(name, arguments) if name else None
+    try:  # text nested about a thousand levels deep is a RecursionError, in either direction
+        call = json.loads(block)
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        arguments = call.get("arguments", {})
+        return ParsedCall(call["name"], arguments if isinstance(arguments, dict | str)
+                          else json.dumps(arguments))
+    except (ValueError, RecursionError):
+        return None
+
+
+def tool_call_blocks(text: str) -> list[str]:
+    """The text inside each ``<tool_call>...</tool_call>`` block of `text`, in order."""
+    return _TOOL_CALL.findall(text)
+
+
+def without_tool_calls(text: str) -> str:
+    """`text` with its ``<tool_call>`` blocks removed, stripped."""
+    return _TOOL_CALL.sub("", text).strip()
 
 
 @dataclasses.dataclass(frozen=True)
