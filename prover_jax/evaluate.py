@@ -12,6 +12,10 @@ metrics next to the common ones:
 - webshop: ``score`` (the mean purchase reward) and ``strict_success`` (reward exactly 1);
 - searchqa: ``exact_match``.
 
+The episodes are written in the chat template as the model was trained to (its stored chat
+setting, `prover_jax.runs.stored_chat`); ``--set chat.KEY=VALUE`` changes that (e.g.
+``--set chat.template.enable_thinking=false``), with a warning.
+
 ``--expert`` runs the environment's expert instead (a ceiling), ``--random`` a policy of random
 admissible actions (a floor). The result is JSON (``--out``) and a markdown table. The trainer
 runs the same evaluation every ``eval_every`` steps into its ``metrics.jsonl``.
@@ -35,7 +39,7 @@ import numpy as np
 import envs
 from envs.pool import EnvPool
 from prover_jax import compile_cache, runs
-from prover_jax.settings import EvalConfig
+from prover_jax.settings import EvalConfig, chat_with
 
 
 def eval_split(env: envs.Env, split: str | None = None) -> str:
@@ -80,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     baseline = parser.add_mutually_exclusive_group()
     baseline.add_argument("--expert", action="store_true", help="the expert: a ceiling")
     baseline.add_argument("--random", action="store_true", help="random actions: a floor")
+    parser.add_argument("--set", action="append", default=[], metavar="chat.KEY=VALUE",
+                        help="a chat setting, e.g. chat.template.enable_thinking=false "
+                        "(default: the model's stored one)")
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args(argv)
     try:
@@ -95,7 +102,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = EvalConfig(eval_split(env, args.split), args.tasks, args.samples,
                             max_actions=args.max_actions, max_new_tokens=args.max_new_tokens,
                             seed=args.seed)
+        chat = None
+        if args.model is not None:
+            chat, warning = runs.chat_for(chat_with(args.set, runs.stored_chat(args.model)),
+                                          args.model)
+            if warning:
+                print(warning, file=sys.stderr)
+        elif args.set:
+            raise ValueError("--set chat.* applies to a model, not to --expert or --random")
         model = None if args.model is None else runs.load(args.model)
+        if model is not None:
+            from models.qwen.chat import AgentFormat
+
+            AgentFormat(model[2], env.instruction(), chat.reply, chat.template)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     from prover_jax import evaluation
@@ -111,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             compile_cache.enable()
             cfg, params, tokenizer = model
-            results = evaluation.evaluate_model(pool, params, cfg, tokenizer, config, tasks)
+            results = evaluation.evaluate_model(pool, params, cfg, tokenizer, config, tasks,
+                                                chat)
     report = {"env": name, "split": config.split, "tasks": len(tasks),
               "model": args.model, "results": results}
     if args.out:

@@ -15,7 +15,7 @@ from envs.pool import EnvPool
 from prover_jax.evaluate import pass_at_k
 from prover_jax.model_policy import ModelPolicy
 from prover_jax.rollout import Episode, Policy, run, start
-from prover_jax.settings import EvalConfig, SamplingConfig
+from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
 
 
 def summarize(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:
@@ -62,8 +62,10 @@ def evaluate(pool: EnvPool, policy: Policy, tasks: Sequence[envs.Task], samples:
 
 
 def evaluate_model(pool: EnvPool, params, cfg, tokenizer, config: EvalConfig,
-                   tasks: Sequence[envs.Task]) -> dict[str, dict[str, float]]:
-    """{"greedy": metrics, "sampled": metrics} of a model on `tasks` (as `config` says)."""
+                   tasks: Sequence[envs.Task], chat: ChatConfig | None = None
+                   ) -> dict[str, dict[str, float]]:
+    """{"greedy": metrics, "sampled": metrics} of a model on `tasks` (as `config` says), its
+    episodes written in the chat template as `chat` says."""
     system = envs.make(tasks[0].env).instruction()
     modes = {"greedy": (0.0, 1)} if config.greedy else {}
     if config.samples:
@@ -72,7 +74,7 @@ def evaluate_model(pool: EnvPool, params, cfg, tokenizer, config: EvalConfig,
     for mode, (temperature, samples) in modes.items():
         sampling = SamplingConfig(max_new_tokens=config.max_new_tokens or 32,
                                   temperature=temperature)
-        policy = ModelPolicy(params, cfg, tokenizer, system, sampling)
+        policy = ModelPolicy(params, cfg, tokenizer, system, sampling, chat)
         results[mode] = evaluate(pool, policy, tasks, samples, random.Random(config.seed),
                                  config.max_actions)
     return results

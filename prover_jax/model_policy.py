@@ -40,7 +40,7 @@ from models.qwen.chat import END_OF_TURN, AgentFormat
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
 from prover_jax.rollout import Action, Episode, Policy
-from prover_jax.settings import SamplingConfig
+from prover_jax.settings import ChatConfig, SamplingConfig
 from tpu.mesh import AXES, BATCH_AXES, cache_shardings, row_sharding
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -128,7 +128,7 @@ class ModelPolicy(Policy):
       tokenizer: a fast tokenizer with a ChatML chat template.
       system: the system prompt (the environment's instructions).
       sampling: SamplingConfig.
-      **template_kwargs: passed to the chat template (e.g. ``enable_thinking=False``).
+      chat: how the episode is written in the chat template (ChatConfig).
 
     Raises:
       ValueError: ``max_context`` beyond the model's ``max_position_embeddings``, or a
@@ -136,13 +136,14 @@ class ModelPolicy(Policy):
     """
 
     def __init__(self, params, cfg: QwenConfig, tokenizer, system: str,
-                 sampling: SamplingConfig | None = None, **template_kwargs):
+                 sampling: SamplingConfig | None = None, chat: ChatConfig | None = None):
         self.sampling = sampling or SamplingConfig()
         self.params = sampling_params(
             jax.tree.map(lambda p: p.astype(self.sampling.dtype), params), cfg)
         self.mesh = sampler_mesh(params)
         self.cfg, self.tokenizer, self.system = cfg, tokenizer, system
-        self.format = AgentFormat(tokenizer, system, **template_kwargs)
+        chat = chat or ChatConfig()
+        self.format = AgentFormat(tokenizer, system, chat.reply, chat.template)
         self.max_context = self.sampling.max_context or cfg.max_position_embeddings
         if self.max_context > cfg.max_position_embeddings:
             raise ValueError(f"max_context={self.max_context} exceeds the model's "

@@ -7,7 +7,9 @@ the weights in ``model/`` of a run's record kept without checkpoints) or a Huggi
 folder into ``(cfg, params, tokenizer)``, so evaluation, a warm start (``--init``) and a user's
 own code read either the same way; `export` writes a run's model as such a folder (``python -m
 prover_jax.runs RUN_DIR FOLDER``), with the run's environment in ``trained.json``, which
-`trained_env` reads. The model's modules load in the functions that read or write weights, so
+`trained_env` reads. Beside its config, a model folder holds ``chat.json``: the chat setting
+(`prover_jax.settings.ChatConfig`) the model was trained with, which `chat_for` hands to the
+next stage. The model's modules load in the functions that read or write weights, so
 a command line can read a run's settings (`trained_env`) without loading JAX.
 """
 
@@ -19,23 +21,58 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prover_jax.config import build, to_dict
+from prover_jax.settings import ChatConfig
+
 if TYPE_CHECKING:
     from models.qwen import QwenConfig
 
 MODEL = "model"
 TRAINED = "trained.json"  # in an exported model folder: {"env": ...}
+CHAT = "chat.json"  # in a model folder: the ChatConfig the model was trained with
 
 
-def save_model(directory: str | Path, cfg: QwenConfig, tokenizer) -> None:
-    """Writes ``directory/model/`` (config and tokenizer) unless it is already there."""
+def save_model(directory: str | Path, cfg: QwenConfig, tokenizer, chat: ChatConfig) -> None:
+    """Writes ``directory/model/`` (config, tokenizer and chat setting) unless it is there."""
     from models import qwen
 
     folder = Path(directory) / MODEL
-    if (folder / "config.json").exists():
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(folder)
-    (folder / "config.json").write_text(json.dumps(qwen.to_hf_config(cfg), indent=2) + "\n")
+    if not (folder / "config.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(folder)
+        (folder / "config.json").write_text(json.dumps(qwen.to_hf_config(cfg), indent=2) + "\n")
+    if not (folder / CHAT).exists():
+        (folder / CHAT).write_text(json.dumps(to_dict(chat)) + "\n")
+
+
+def stored_chat(path: str | Path) -> ChatConfig | None:
+    """The chat setting stored with the model at `path` (a run directory or a model folder);
+    None when it has none.
+
+    Raises:
+      ValueError: a ``chat.json`` that is not a valid setting, naming the file.
+    """
+    path = Path(path)
+    for file in (path / MODEL / CHAT, path / CHAT):
+        if file.exists():
+            try:
+                return build(ChatConfig, json.loads(file.read_text()), "chat.")
+            except ValueError as e:
+                raise ValueError(f"{file}: {e}") from None
+    return None
+
+
+def chat_for(configured: ChatConfig | None, init: str | Path | None
+             ) -> tuple[ChatConfig, str | None]:
+    """The chat setting a run uses, and a warning when it is not the one its ``init`` model was
+    trained with: `configured` if set, else the init model's stored one, else the default."""
+    stored = stored_chat(init) if init is not None else None
+    if configured is None:
+        return stored or ChatConfig(), None
+    if stored is not None and stored != configured:
+        return configured, (f"warning: chat {to_dict(configured)} is not the {to_dict(stored)} "
+                            f"{init} was trained with")
+    return configured, None
 
 
 def is_run(path: str | Path) -> bool:
@@ -61,7 +98,6 @@ def load(path: str | Path):
                                     "nor a Hugging Face model folder")
         cfg, params = qwen.load(path)
         return cfg, params, load_tokenizer(path)
-    from prover_jax.config import build
     from prover_jax.learner import Checkpoints, Learner, LearnerConfig
 
     cfg = qwen.read_config(path / MODEL)
@@ -100,6 +136,8 @@ def export(run_dir: str | Path, folder: str | Path) -> Path:
     qwen.save(folder, cfg, params)
     tokenizer.save_pretrained(folder)
     (Path(folder) / TRAINED).write_text(json.dumps({"env": trained_env(run_dir)}) + "\n")
+    (Path(folder) / CHAT).write_text(json.dumps(to_dict(stored_chat(run_dir) or ChatConfig()))
+                                     + "\n")
     return Path(folder)
 
 

@@ -7,10 +7,39 @@ loads (`prover_jax.model_policy` samples with a `SamplingConfig`, `prover_jax.ev
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from prover_jax.config import check_choice
+from prover_jax.config import build, check_choice, override, to_dict
 
 SAMPLING_DTYPES = ("float32", "bfloat16")
+REPLY_FORMATS = ("text", "tool_call")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatConfig:
+    """How an episode is written in the model's chat template (`models.qwen.chat.AgentFormat`).
+
+    Attributes:
+      reply: how a demonstrated reply writes its action: ``text``, the bare action, or
+        ``tool_call``, a call of the ``act`` tool in the template's own tool-call form (what a
+        real Qwen's prompt asks for). The policy reads an action from either form.
+      template: arguments of the chat template, e.g. ``{"enable_thinking": False}`` for
+        Qwen3 and Qwen3.5 (an argument the template does not read is an error).
+
+    A run stores its setting with the model (``model/chat.json``, `prover_jax.runs`); a run
+    started from that model, its evaluation and the server use it unless told otherwise.
+    """
+
+    reply: str = "text"
+    template: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        check_choice("chat.reply", self.reply, REPLY_FORMATS)
+        if not isinstance(self.template, Mapping) or not all(isinstance(k, str)
+                                                             for k in self.template):
+            raise ValueError(f"chat.template must map argument names to values, got "
+                             f"{self.template!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +71,23 @@ class SamplingConfig:
         if self.max_context is not None and self.max_context <= self.max_new_tokens:
             raise ValueError(f"max_context={self.max_context} leaves no room for a prompt "
                              f"and max_new_tokens={self.max_new_tokens}")
+
+
+def chat_with(assignments: Sequence[str], base: ChatConfig | None) -> ChatConfig | None:
+    """`base` (None: the default) with ``chat.KEY=VALUE`` assignments applied (a command line's
+    ``--set chat.template.enable_thinking=false``); None without assignments.
+
+    Raises:
+      ValueError: an assignment outside ``chat.``, or a setting ChatConfig rejects.
+    """
+    if not assignments:
+        return None
+    data = {"chat": to_dict(base or ChatConfig())}
+    for assignment in assignments:
+        if not assignment.startswith("chat."):
+            raise ValueError(f"--set {assignment}: only chat.* settings can be set here")
+        data = override(data, assignment)
+    return build(ChatConfig, data["chat"], "chat.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,9 +18,11 @@ newest checkpoint, with the run's tokenizer.
 
 Without ``--init`` the model is a tiny random Qwen3 (`TinyModel`, here about 1.1M parameters)
 whose byte-level BPE is trained on the environment's observations and actions, so that an
-action is a few tokens; its replies are the bare action text (``reply="text"``, which the
-policy parses as the action). For a real Qwen checkpoint, ``reply="tool_call"`` writes the
-``act`` tool call the prompt asks for.
+action is a few tokens; its replies are the bare action text (``chat.reply=text``, which the
+policy parses as the action). For a real Qwen checkpoint, ``chat.reply=tool_call`` writes the
+``act`` tool call the prompt asks for, in the template's own form, and ``chat.template`` sets
+the template's arguments (``enable_thinking``). The setting is stored with the model
+(`prover_jax.runs`), so RL from the run, its evaluation and the server use it.
 
 This module reads and checks the settings (`SftConfig`) without loading JAX;
 `prover_jax.sft_trainer` runs the warm start.
@@ -31,18 +33,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Sequence
-from typing import Literal
 
 import envs
 from prover_jax import compile_cache
 from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
 from prover_jax.learner.config import LearnerConfig, OptimizerConfig
-from prover_jax.settings import EvalConfig
+from prover_jax.settings import ChatConfig, EvalConfig
 from prover_jax.train import TinyModel, check_warmup, exit_when_interrupted
 from tpu.mesh_config import MeshConfig
-
-Reply = Literal["text", "tool_call"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +53,7 @@ class SftConfig:
     split: str | None = None  # the demonstrations' tasks (None: "train", else the first split)
     demonstrations: int = 512  # expert episodes trained on
     noise: float = 0.2  # share of the expert's actions replaced by random ones (not trained on)
-    reply: Reply = "text"  # how a reply writes its action: bare text, or an act tool call
+    chat: ChatConfig | None = None  # None: the init model's stored setting, else ChatConfig()
     heldout: int = 32  # expert episodes on held-out tasks for the held-out NLL
     steps: int = 300
     batch_size: int = 16

@@ -7,7 +7,6 @@ directory; `prover_jax.sft` is its command line and says what it does.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,13 +26,15 @@ from prover_jax.interrupt import deferred_signals
 from prover_jax.learner import Learner, TrainBatch
 from prover_jax.model_policy import next_context
 from prover_jax.rollout import Action, Episode, Policy, ScriptedPolicy, run, start
-from prover_jax.sft import Reply, SftConfig, demonstrating_env
+from prover_jax.settings import ChatConfig
+from prover_jax.sft import SftConfig, demonstrating_env
 from prover_jax.trainer import (
     Laps,
     RunDirectory,
     run_or_temporary,
     task_at,
     task_split,
+    with_chat,
 )
 from tpu.mesh import batch_shards, build_mesh, to_sampler
 
@@ -45,29 +46,20 @@ class Demonstration(Action):
     expert: bool = True
 
 
-def reply_text(action: str, reply: Reply) -> str:
-    """What a model writes for `action`: the bare text, or an ``act`` tool call in Qwen's
-    format (both parse back to `action`, `model_policy.parse_action`)."""
-    if reply == "text":
-        return action
-    call = json.dumps({"name": "act", "arguments": {"action": action}})
-    return f"<tool_call>\n{call}\n</tool_call>"
-
-
 class DemonstrationPolicy(Policy):
-    """The expert (with random actions mixed in) as token streams: each reply is
-    `reply_text` tokenized, then the end-of-turn token, after the context a model would have
-    read."""
+    """The expert (with random actions mixed in) as token streams: each reply is the action
+    as the chat setting writes it (`AgentFormat.reply_text`) tokenized, then the end-of-turn
+    token, after the context a model would have read."""
 
-    def __init__(self, tokenizer, system: str, noise: float = 0.0, reply: Reply = "text"):
-        self.format = AgentFormat(tokenizer, system)
-        self.tokenizer, self.reply = tokenizer, reply
+    def __init__(self, tokenizer, system: str, chat: ChatConfig, noise: float = 0.0):
+        self.format = AgentFormat(tokenizer, system, chat.reply, chat.template)
+        self.tokenizer = tokenizer
         self.scripted = ScriptedPolicy(noise)
 
     def act(self, episodes, slots, pool, rngs):
         actions = []
         for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rngs)):
-            reply = (*self.tokenizer.encode(reply_text(text, self.reply),
+            reply = (*self.tokenizer.encode(self.format.reply_text(text),
                                             add_special_tokens=False),
                      self.format.end_of_turn)
             context = tuple(int(i) for i in next_context(self.format, episode))
@@ -127,6 +119,7 @@ def sft(config: SftConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> list[
       ValueError: as `prover_jax.trainer.train`, for the run directory and the environment.
     """
     env = demonstrating_env(config.env)
+    config = with_chat(config, tokenizer, env.instruction(), log)
     with run_or_temporary(config.run_dir, "sft-", log) as directory:
         return _sft(config, env, cfg, params, tokenizer, directory, log)
 
@@ -140,8 +133,8 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
     row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, "sft")
     state = run_dir.state
-    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.noise, config.reply)
-    expert = DemonstrationPolicy(tokenizer, env.instruction(), reply=config.reply)
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.chat, config.noise)
+    expert = DemonstrationPolicy(tokenizer, env.instruction(), config.chat)
     pad = policy.format.end_of_turn if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     max_len = cfg.max_position_embeddings
     train_tasks = env.tasks(task_split(env, config.split))

@@ -35,7 +35,7 @@ from tensorboardX import SummaryWriter
 import envs
 from envs.pool import EnvPool
 from models import qwen
-from models.qwen.chat import CHATML_TEMPLATE
+from models.qwen.chat import CHATML_TEMPLATE, AgentFormat
 from prover_jax import credit, runs
 from prover_jax.batch import pack_streams
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
@@ -236,9 +236,26 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
     env = envs.make(config.env)
     tasks = env.tasks(task_split(env, config.split))
     check_verifier(env, tasks[0], config.credit)
+    config = with_chat(config, tokenizer, env.instruction(), log)
     with (run_or_temporary(config.run_dir, "run-", log) as directory,
           local_judge(config.host, log) as host_options):
         return _train(config, host_options, env, tasks, cfg, params, tokenizer, directory, log)
+
+
+def with_chat(config, tokenizer, system: str, log):
+    """`config` (`TrainConfig`, `SftConfig`) with its chat setting resolved (`runs.chat_for`:
+    as set, else the init model's, else the default) and checked against the tokenizer's
+    template (`AgentFormat`).
+
+    Raises:
+      ValueError: a template argument the template does not read, or a reply format it cannot
+        write.
+    """
+    chat, warning = runs.chat_for(config.chat, config.init)
+    if warning:
+        log(warning)
+    AgentFormat(tokenizer, system, chat.reply, chat.template)
+    return dataclasses.replace(config, chat=chat)
 
 
 def check_verifier(env: envs.Env, task: envs.Task, credit_name: str) -> None:
@@ -370,7 +387,7 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             chosen = [task_at(tasks, position + g, config.seed) for g in mine]
             policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh,
                                             config.sampling.dtype),
-                                 cfg, tokenizer, system, config.sampling)
+                                 cfg, tokenizer, system, config.sampling, config.chat)
             groups, trees = roll_out(config, pool, policy, chosen,
                                      [group_rng(seed, g, "rollout") for g in mine], step)
             batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings,
@@ -435,7 +452,7 @@ class RunDirectory:
         self.main = distributed.is_main()
         if self.main:
             write_run_config(directory, config)
-            runs.save_model(directory, cfg, tokenizer)
+            runs.save_model(directory, cfg, tokenizer, config.chat)
         self.state = restored or learner.init(params, rng=config.seed)
         done, self.steps = int(self.state.step), config.steps
         if restored is not None and done >= config.steps:
@@ -536,7 +553,7 @@ def held_out(config: TrainConfig, pool: EnvPool, params, cfg, tokenizer, env: en
         settings, max_new_tokens=settings.max_new_tokens or config.sampling.max_new_tokens,
         max_actions=settings.max_actions or config.max_actions)
     tasks = env.tasks(eval_split(env, settings.split))[: settings.tasks]
-    results = evaluate_model(pool, params, cfg, tokenizer, settings, tasks)
+    results = evaluate_model(pool, params, cfg, tokenizer, settings, tasks, config.chat)
     return {f"eval/{mode}/{k}": v for mode, metrics in results.items() for k, v in metrics.items()}
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import jinja2
 import jinja2.meta
+import jinja2.nodes
 import numpy as np
 import transformers
 
@@ -71,6 +72,7 @@ CHATML_TEMPLATE = (
 )
 
 
+REPLY_FORMATS = ("text", "tool_call")
 # What `apply_chat_template` itself passes to a template; the other names it reads are arguments
 # a caller may set (Qwen3's `enable_thinking`).
 TEMPLATE_INPUTS = frozenset({"messages", "tools", "add_generation_prompt", "documents",
@@ -87,7 +89,8 @@ def template_arguments(tokenizer) -> frozenset[str]:
     if not isinstance(template, str):
         return frozenset()
     parsed = jinja2.Environment().parse(template)
-    return frozenset(jinja2.meta.find_undeclared_variables(parsed)) - TEMPLATE_INPUTS
+    assigned = {name.name for name in parsed.find_all(jinja2.nodes.Name) if name.ctx == "store"}
+    return frozenset(jinja2.meta.find_undeclared_variables(parsed)) - TEMPLATE_INPUTS - assigned
 
 
 def check_template_arguments(tokenizer, arguments: Mapping[str, Any]) -> None:
@@ -272,27 +275,80 @@ class AgentFormat:
 
     Thoughts stay in the stream: later turns see every earlier reply as it was sampled, so the
     one stream is both what the policy saw and what the learner trains on.
+
+    Args:
+      tokenizer: a fast tokenizer with a ChatML chat template.
+      system: the system prompt.
+      reply: how `reply_text` writes an action: "text" or "tool_call".
+      template: arguments of the chat template (e.g. {"enable_thinking": False}).
+      tools: the tool schemas the prompt offers.
+
+    Raises:
+      ValueError: a template argument the template does not read, a template that cannot
+        write a "tool_call" reply, or one the stream cannot be cut from.
     """
 
     def __init__(self, tokenizer: transformers.PreTrainedTokenizerFast, system: str,
-                 tools: Sequence[dict] = (ACT_TOOL,), **template_kwargs):
+                 reply: str = "text", template: Mapping[str, Any] | None = None,
+                 tools: Sequence[dict] = (ACT_TOOL,)):
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the tokenizer has no chat template")
         self.end_of_turn = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         if self.end_of_turn is None or self.end_of_turn == tokenizer.unk_token_id:
             raise ValueError(f"the tokenizer has no {END_OF_TURN} token; is it a ChatML model?")
-        self.tokenizer, self.system = tokenizer, system
-        self.tools, self.template_kwargs = list(tools), template_kwargs
+        if reply not in REPLY_FORMATS:
+            raise ValueError(f"reply must be one of {REPLY_FORMATS}, got {reply!r}")
+        self.template_kwargs = dict(template or {})
+        check_template_arguments(tokenizer, self.template_kwargs)
+        self.tokenizer, self.system, self.reply = tokenizer, system, reply
+        self.tools = list(tools)
         head = self._messages(PROBE_TASK)
         prompt = self._text(head, generation_prompt=True)
         if ASSISTANT_START not in prompt[prompt.rfind(END_OF_TURN) + 1:]:
             raise ValueError(f"the chat template's generation prompt has no {ASSISTANT_START!r};"
                              " is it a ChatML template?")
+        self._generation_prompt = prompt[prompt.rindex(ASSISTANT_START) + len(ASSISTANT_START):]
         replied = self._text(head + [PROBE_REPLY], generation_prompt=False)
         if END_OF_TURN not in replied:
             raise ValueError(f"the chat template closes no reply with {END_OF_TURN}")
         self._replied = replied[: replied.rindex(END_OF_TURN) + len(END_OF_TURN)]
         self.prefix_preserving = self._replied.startswith(prompt)
+        if reply == "tool_call":
+            self._check_tool_call_replies()
+
+    def _check_tool_call_replies(self) -> None:
+        """Raises ValueError when the template writes no ``act`` call a reply could parse back."""
+        probe = 'take "egg 1" <from> fridge 1'
+        try:
+            reply = self.reply_text(probe)
+        except ValueError as e:
+            reply = str(e)
+        call = parse_call(next(iter(tool_call_blocks(reply)), ""))
+        if call is None or call.name != "act" or call.arguments != {"action": probe}:
+            raise ValueError("reply='tool_call' needs a chat template that writes tool calls as "
+                             f"<tool_call> blocks; for an act call this one gives {reply!r}")
+
+    def reply_text(self, action: str) -> str:
+        """What a reply writing `action` holds before its end-of-turn token: the bare action
+        for ``reply="text"``; for ``"tool_call"``, the template's own rendering of an assistant
+        message calling ``act(action=...)`` (Qwen3.5 writes ``<function=act>`` blocks, Qwen2.5
+        and Qwen3 JSON), as the continuation of the generation prompt: rendered as the last
+        message, less what the generation prompt already holds (Qwen3's empty think block
+        without thinking; with thinking, the reply starts with one)."""
+        if self.reply == "text":
+            return action
+        call = {"type": "function", "function": {"name": "act",
+                                                 "arguments": {"action": action}}}
+        text = self._text(self._messages(PROBE_TASK) + [
+            {"role": "assistant", "content": "", "tool_calls": [call]}], generation_prompt=False)
+        spans = assistant_spans(text)
+        if not spans:
+            raise ValueError(f"the chat template renders a reply calling act as {text!r}")
+        block = text[spans[-1][0]: spans[-1][1] - len(END_OF_TURN)]
+        if not block.startswith(self._generation_prompt):
+            raise ValueError(f"the chat template renders a reply as {block!r}, which does not "
+                             f"continue its generation prompt {self._generation_prompt!r}")
+        return block[len(self._generation_prompt):]
 
     def _messages(self, task: str) -> list[dict]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": task}]

@@ -70,6 +70,44 @@ def qwen25_tokenizer(tmp_path_factory):
     return train_tokenizer(tmp_path_factory.mktemp("qwen25_tokenizer"), chat.CHATML_TEMPLATE)
 
 
+# A ChatML template laid out like Qwen3.5's, written for these tests: tool calls as
+# <function=NAME> blocks with a <parameter=KEY> block per argument, a generation prompt that opens
+# a think block (an empty, closed one without thinking), and the last reply rendered with an
+# empty think block unless it has one.
+QWEN35_LIKE_TEMPLATE = (
+    "{%- if messages[0].role == 'system' %}{%- set rest = messages[1:] %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content }}"
+    "{%- else %}{%- set rest = messages %}{{- '<|im_start|>system\\n' }}{%- endif %}"
+    "{%- if tools %}{{- '\\n\\n# Tools\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>' }}{%- endif %}{{- '<|im_end|>\\n' }}"
+    "{%- for m in rest %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if loop.last and '</think>' not in (m.content or '') %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{{- m.content or '' }}"
+    "{%- for call in m.tool_calls or [] %}"
+    "{{- '<tool_call>\\n<function=' + call.function.name + '>\\n' }}"
+    "{%- for key, value in call.function.arguments.items() %}"
+    "{{- '<parameter=' + key + '>\\n' + value + '\\n</parameter>\\n' }}{%- endfor %}"
+    "{{- '</function>\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + m.content }}"
+    "{{- '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}{{- '\\n</think>\\n\\n' }}"
+    "{%- endif %}{%- endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def qwen35_tokenizer(tmp_path_factory):
+    """The BPE trained here with `QWEN35_LIKE_TEMPLATE`."""
+    return train_tokenizer(tmp_path_factory.mktemp("qwen35_tokenizer"), QWEN35_LIKE_TEMPLATE)
+
+
 @pytest.mark.parametrize("which", ["qwen3_tokenizer", "trained_tokenizer"])
 @pytest.mark.parametrize("thoughts", [None, ["I should find the egg.", "", "Take it."]])
 def test_render_matches_template_and_masks_assistant_turns(request, which, thoughts):
@@ -161,7 +199,7 @@ def test_stream_of_canonical_replies_is_the_template_rendering(request, which, t
 def test_qwen3_without_thinking_keeps_what_the_model_saw(qwen3_tokenizer):
     """Qwen3's no-thinking generation prompt ends in an empty think block that the template
     drops from earlier replies: the stream keeps it before every reply, as sampled."""
-    form = chat.AgentFormat(qwen3_tokenizer, "sys", enable_thinking=False)
+    form = chat.AgentFormat(qwen3_tokenizer, "sys", template={"enable_thinking": False})
     assert not form.prefix_preserving
     messages = chat.agent_messages("sys", "task", ACTIONS, OBSERVATIONS)
     stream, expected, replies = canonical_stream(qwen3_tokenizer, form, messages,
@@ -208,3 +246,96 @@ def test_templates_a_stream_cannot_be_cut_from(tmp_path, qwen25_tokenizer):
     form = chat.AgentFormat(train_tokenizer(tmp_path / "counting", counting), "sys")
     with pytest.raises(ValueError, match="not a prefix extension"):
         form.observation("You see a fridge.")
+
+
+NO_THINKING = {"enable_thinking": False}
+# (tokenizer, template arguments, reply format, whether the stream is the template's rendering
+# of the conversation): Qwen3 drops an earlier reply's empty think block, and a template whose
+# generation prompt opens one (Qwen3 and Qwen3.5 without thinking, Qwen3.5 with) never renders
+# it in earlier replies, so there the stream keeps each reply as it was written instead.
+CHAT_SETTINGS = [
+    ("qwen25_tokenizer", {}, "text", True), ("qwen25_tokenizer", {}, "tool_call", True),
+    ("qwen3_tokenizer", {}, "text", True), ("qwen3_tokenizer", {}, "tool_call", False),
+    ("qwen3_tokenizer", NO_THINKING, "text", False),
+    ("qwen3_tokenizer", NO_THINKING, "tool_call", False),
+    ("qwen35_tokenizer", {}, "tool_call", False),
+    ("qwen35_tokenizer", NO_THINKING, "tool_call", False),
+]
+
+
+def episode_of(form: chat.AgentFormat, replies: list[list[int]]):
+    """The Episode of the ACTIONS with these reply ids, its contexts cut by `form`."""
+    from envs.base import Task
+    from prover_jax.rollout import Action, Episode
+
+    actions, context = [], form.prompt("Your task is to: heat an egg.")
+    for text, reply, observation in zip(ACTIONS, replies, OBSERVATIONS):
+        actions.append(Action(text, tuple(reply), (0.0,) * len(reply), tuple(context.tolist())))
+        context = form.after_reply(reply, observation)
+    return Episode(Task("household", "train", 0), ("Your task is to: heat an egg.",
+                                                  *OBSERVATIONS), tuple(actions))
+
+
+@pytest.mark.parametrize(("which", "template", "reply", "rendered"), CHAT_SETTINGS)
+def test_replies_in_every_chat_setting_parse_back_and_stay_as_written(request, which, template,
+                                                                       reply, rendered):
+    from prover_jax.model_policy import parse_action
+
+    tokenizer = request.getfixturevalue(which)
+    form = chat.AgentFormat(tokenizer, "You are a household agent.", reply, template)
+    ids = [tokenizer(form.reply_text(a), add_special_tokens=False)["input_ids"]
+           + [form.end_of_turn] for a in ACTIONS]
+    for action, reply_ids in zip(ACTIONS, ids):
+        assert parse_action(tokenizer.decode(reply_ids[:-1])) == action
+    cut = tokenizer('<tool_call>\n{"name": "act", "argu', add_special_tokens=False)["input_ids"]
+    broken = tokenizer("<tool_call>{go to}</tool_call>", add_special_tokens=False)["input_ids"]
+    for replies in (ids, [ids[0], cut, broken + [form.end_of_turn]]):
+        stream = episode_of(form, replies).stream()
+        assert stream.tokens[stream.loss_mask].tolist() == [t for r in replies for t in r]
+    assert parse_action(tokenizer.decode(broken)) == "<tool_call>{go to}</tool_call>"
+    stream = episode_of(form, ids).stream().tokens.tolist()
+    messages = chat.agent_messages("You are a household agent.", "Your task is to: heat an egg.",
+                                   ACTIONS, OBSERVATIONS)
+    if reply == "text":
+        messages = [{"role": m["role"], "content": ACTIONS[i // 2 - 1]}
+                    if m["role"] == "assistant" else m for i, m in enumerate(messages)]
+    text = tokenizer.apply_chat_template(messages, tools=[chat.ACT_TOOL], tokenize=False,
+                                         add_generation_prompt=True, **template)
+    ended = stream + form.after_reply(ids[-1], OBSERVATIONS[-1]).tolist()
+    assert (ended == tokenizer(text, add_special_tokens=False)["input_ids"]) == rendered
+
+
+def test_template_arguments_and_reply_formats_are_checked(qwen3_tokenizer, qwen25_tokenizer):
+    assert chat.template_arguments(qwen3_tokenizer) == {"enable_thinking"}
+    assert chat.template_arguments(qwen25_tokenizer) == frozenset()
+    with pytest.raises(ValueError, match="'enable_thinkin' is not one the model's chat template"):
+        chat.AgentFormat(qwen3_tokenizer, "sys", template={"enable_thinkin": False})
+    with pytest.raises(ValueError, match=r"'enable_thinking' is not one .* reads none"):
+        chat.AgentFormat(qwen25_tokenizer, "sys", template=NO_THINKING)
+
+
+def test_a_template_without_tool_calls_cannot_write_tool_call_replies(tmp_path):
+    no_calls = chat.CHATML_TEMPLATE.replace("{%- for call in m.tool_calls or [] %}",
+                                            "{%- for call in [] %}")
+    assert no_calls != chat.CHATML_TEMPLATE
+    tokenizer = train_tokenizer(tmp_path, no_calls)
+    chat.AgentFormat(tokenizer, "sys", "text")
+    with pytest.raises(ValueError, match="reply='tool_call' needs a chat template"):
+        chat.AgentFormat(tokenizer, "sys", "tool_call")
+
+
+@pytest.mark.parametrize("block", [
+    '{"name": "act", "arguments": {"action": "go to x"}}',
+    "\n<function=act>\n<parameter=action>\ngo to x\n</parameter>\n</function>\n",
+])
+def test_both_tool_call_forms_parse(block):
+    assert chat.parse_call(block) == chat.ParsedCall("act", {"action": "go to x"})
+    assert chat.tool_call_blocks(f"a<tool_call>{block}</tool_call>b") == [block]
+    assert chat.without_tool_calls(f"a <tool_call>{block}</tool_call>") == "a"
+
+
+@pytest.mark.parametrize("block", [
+    "{", "[1]", '{"arguments": {}}', "<function=act>junk<parameter=a>\nx\n</parameter></function>",
+    "<function=>\n</function>", "[" * 2000 + "]" * 2000])
+def test_malformed_tool_calls_parse_to_none(block):
+    assert chat.parse_call(block) is None

@@ -17,9 +17,9 @@ from models.qwen.chat import ACT_TOOL
 from prover_jax import evaluate, runs
 from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import LearnerConfig, OptimizerConfig
-from prover_jax.model_policy import parse_action
+from prover_jax.settings import ChatConfig
 from prover_jax.sft import SftConfig
-from prover_jax.sft_trainer import DemonstrationPolicy, demonstrations, reply_text, sft, sft_batch
+from prover_jax.sft_trainer import DemonstrationPolicy, demonstrations, sft, sft_batch
 from prover_jax.train import TinyModel
 from prover_jax.trainer import initial_model, tiny
 
@@ -36,7 +36,7 @@ def model():
 def noisy(model):
     _, _, tokenizer = model
     env = envs.make(ENV)
-    policy = DemonstrationPolicy(tokenizer, env.instruction(), noise=0.4)
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), ChatConfig(), noise=0.4)
     with EnvPool(ENV, 4, num_workers=1) as pool:
         return demonstrations(pool, policy, env.tasks("train")[:4], random.Random(0), 12)
 
@@ -57,12 +57,6 @@ def test_a_demonstration_is_the_chat_a_model_would_have(model, noisy):
         replies = [tokenizer.decode(stream.tokens[stream.turn_ids == t])
                    for t in range(episode.num_turns)]
         assert replies == [f"{a.text}<|im_end|>" for a in episode.actions]
-
-
-def test_a_tool_call_reply_parses_back_to_its_action():
-    for action in ("go to cabinet 1", 'examine "the" box'):
-        assert parse_action(reply_text(action, "tool_call")) == action
-        assert parse_action(reply_text(action, "text")) == action
 
 
 def test_only_the_experts_replies_are_trained_on(noisy):
@@ -112,7 +106,8 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--noise", "1.5"], "noise must be in [0, 1)"), (["--steps", "0"], ">= 1"),
     (["--init", "/nonexistent"], "neither a run directory"),
-    (["--set", "reply=json"], "reply: 'json' is not one of"),
+    (["--set", "chat.reply=json"], "chat.reply must be one of"),
+    (["--set", "chat.template=[1]"], "chat.template must map argument names"),
     (["--steps", "4"], "warmup_steps=20 is not shorter than the run (steps=4)"),
 ])
 def test_bad_command_lines_are_usage_errors(argv, message, capsys):
