@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from prover_jax import sft_trainer, trainer
 
         cfg, params, tokenizer = trainer.initial_model(config)
+        trainer.with_chat(config, tokenizer, "", log=lambda line: None)  # checked; sft logs
     except (ValueError, OSError) as e:
         parser.error(str(e))
     compile_cache.enable()

@@ -37,7 +37,7 @@ from prover_jax.credit.hosts import HostOptions
 from prover_jax.interrupt import Interrupted
 from prover_jax.learner.config import LearnerConfig, OptimizerConfig
 from prover_jax.plot import read_metrics
-from prover_jax.settings import EvalConfig, SamplingConfig
+from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
 from tpu.mesh_config import MeshConfig
 
 CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
@@ -87,6 +87,9 @@ class TrainConfig:
     evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     sampling: SamplingConfig = dataclasses.field(
         default_factory=lambda: SamplingConfig(max_new_tokens=16))
+    # How episodes are written in the chat template (None: the init model's stored setting,
+    # else ChatConfig's default); the run stores the one it used with its model.
+    chat: ChatConfig | None = None
     learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
         optimizer=OptimizerConfig(learning_rate=1e-3), compute_dtype="float32"))
     # The learner's and sampler's devices (`tpu.mesh`)
@@ -250,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             config = load_config(TrainConfig, args.config, [
                 *changes, f"credit_config.schedule={json.dumps(schedule)}"])
         cfg, params, tokenizer = trainer.initial_model(config)
+        trainer.with_chat(config, tokenizer, "", log=lambda line: None)  # checked; train logs
     except (ValueError, OSError) as e:
         parser.error(str(e))
     compile_cache.enable()
