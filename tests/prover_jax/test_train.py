@@ -210,6 +210,10 @@ def test_a_run_directory_never_holds_an_api_key(tmp_path):
     (["--credit", "budget-matched-grpo", "--match-budget", "/nonexistent"], "no metrics"),
     (["--set", "credit_config.lamda=1", "--credit", "prover"], "unknown key credit_config.lamda"),
     (["--init", "/nonexistent"], "neither a run directory"),
+    (["--set", "learner.loss.kl_coef=0.01"], "keeps no reference policy"),
+    (["--set", "chat.reply=json"], "chat.reply must be one of"),
+    (["--set", "chat.template.enable_thinking=false"],
+     "'enable_thinking' is not one the model's chat template reads"),
 ])
 def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
