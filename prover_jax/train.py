@@ -106,10 +106,6 @@ class TrainConfig:
             raise ValueError("steps, groups, group_size, workers and checkpoint_every must be "
                              ">= 1, eval_every >= 0")
         check_warmup(self.steps, self.learner)
-        if self.learner.loss.kl_coef:
-            raise ValueError(f"learner.loss.kl_coef={self.learner.loss.kl_coef}: the trainer "
-                             "keeps no reference policy for a KL term yet (the learner takes "
-                             "ref_logprobs from your own loop); set learner.loss.kl_coef=0")
         s = self.sampling
         if (s.temperature, s.top_k, s.top_p) != (1.0, 0, 1.0):
             raise ValueError("the learner scores tokens under the model's plain softmax, so the "

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import tqdm
 from tensorboardX import SummaryWriter
@@ -258,6 +259,14 @@ def with_chat(config, tokenizer, system: str, log):
     return dataclasses.replace(config, chat=chat)
 
 
+def reference_policy(learner: Learner, params):
+    """The KL term's reference: the run's starting `params` in the learner's compute dtype,
+    placed as the learner places its own (a resumed run keeps the same reference)."""
+    dtype = jnp.dtype(learner.cfg.compute_dtype)
+    return jax.device_put(jax.tree.map(lambda p: np.asarray(p).astype(dtype), params),
+                          learner.state_shardings.params)
+
+
 def check_verifier(env: envs.Env, task: envs.Task, credit_name: str) -> None:
     """Raises ValueError when ``credit_name`` uses VICT and ``env`` has no verifier."""
     if "vict" not in credit_name.split("+"):
@@ -374,6 +383,7 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
     mine, row_multiple = process_groups(config), process_row_multiple(config, learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, config.credit)
     state = run_dir.state
+    reference = reference_policy(learner, params) if config.learner.loss.kl_coef else None
     with (EnvPool(config.env, len(mine) * group_rows(config), config.workers) as pool,
           deferred_signals() as received):
         if config.eval_at_start and not run_dir.started():
@@ -404,8 +414,12 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             dropped = (None if method.dropped_tokens is None else
                        method.dropped_tokens(batch, output.inputs, settings, old))
             laps.lap("credit")
-            state, metrics = learner.train_step(state, from_process_local(
-                learner.mesh, TrainBatch(batch, advantages, old, dropped=dropped)))
+            train_batch = from_process_local(learner.mesh,
+                                             TrainBatch(batch, advantages, old, dropped=dropped))
+            if reference is not None:
+                train_batch = dataclasses.replace(train_batch, ref_logprobs=learner.logprobs(
+                    reference, train_batch.batch.tokens))
+            state, metrics = learner.train_step(state, train_batch)
             state = dataclasses.replace(
                 state, rng=jax.device_put(next_key, state.rng.sharding),
                 data_position=jax.device_put(np.int32(position + config.groups),

@@ -19,7 +19,7 @@ import envs
 from prover_jax import runs
 from prover_jax.credit.hosts import HostOptions
 from prover_jax.evaluate import EvalConfig
-from prover_jax.learner import Checkpoints, Learner
+from prover_jax.learner import Checkpoints, Learner, LearnerConfig, LossConfig, OptimizerConfig
 from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
 from prover_jax.train import (
@@ -48,7 +48,10 @@ def test_train_runs_and_resumes(tmp_path):
                          workers=1, run_dir=str(tmp_path), host=HostOptions(continuations=2),
                          sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
                          eval_every=1, eval_at_start=True,
-                         evaluation=EvalConfig(tasks=2, samples=2))
+                         evaluation=EvalConfig(tasks=2, samples=2),
+                         learner=LearnerConfig(optimizer=OptimizerConfig(learning_rate=1e-3),
+                                               compute_dtype="float32",
+                                               loss=LossConfig(kl_coef=0.05)))
     lines = []
     first = train(config, cfg, params, tokenizer, log=lines.append)
     assert [row["step"] for row in first] == [0]
@@ -71,6 +74,7 @@ def test_train_runs_and_resumes(tmp_path):
     assert "credit/prover/eligible_groups" in row and row["episode/overflow"] == 0
     # the learner's first look at the sampled streams: same params, so only float rounding
     assert row["learner/behaviour_gap"] < 1e-4 and row["learner/behaviour_kl"] < 1e-7
+    assert row["learner/kl"] < 1e-9  # the KL term's reference is the starting model
     assert set(k for k in row if k.startswith("time/")) == {
         "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s", "time/eval_s"}
     assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
@@ -96,6 +100,7 @@ def test_train_runs_and_resumes(tmp_path):
     more = train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
                  log=lines.append)
     assert [row["step"] for row in more] == [1]
+    assert more[0]["learner/kl"] > 1e-7  # resumed against the same reference, one update away
     assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
     assert lines[1].startswith("step 2/2: compiling the programs first")
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -210,7 +215,6 @@ def test_a_run_directory_never_holds_an_api_key(tmp_path):
     (["--credit", "budget-matched-grpo", "--match-budget", "/nonexistent"], "no metrics"),
     (["--set", "credit_config.lamda=1", "--credit", "prover"], "unknown key credit_config.lamda"),
     (["--init", "/nonexistent"], "neither a run directory"),
-    (["--set", "learner.loss.kl_coef=0.01"], "keeps no reference policy"),
     (["--set", "chat.reply=json"], "chat.reply must be one of"),
     (["--set", "chat.template.enable_thinking=false"],
      "'enable_thinking' is not one the model's chat template reads"),
