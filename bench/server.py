@@ -2,10 +2,12 @@
 
 A random Qwen3 (a small shape, saved as a Hugging Face folder) is served on loopback by
 `prover_jax.server.model.ModelBackend`. For 1, 8 and 32 concurrent `openai` clients, each sends
-requests of a short chat (greedy, a fixed number of new tokens) until the run's requests are
-done. "batched" gathers concurrent requests into one decode (``max_batch=32``); "sequential"
-serves them one at a time (``max_batch=1``), what a server without batching does. Every row
-bucket is compiled before timing (`ModelBackend.warm_up`).
+streamed requests of a short chat (greedy, a fixed number of new tokens) until the run's
+requests are done. "batched" gathers concurrent requests into one decode (``max_batch=32``);
+"sequential" serves them one at a time (``max_batch=1``), what a server without batching does.
+Every row bucket is compiled before timing (`ModelBackend.warm_up`). Latency is to the end of
+the stream; time to first token (TTFT) to the first chunk with text, which the server sends
+after the decode's first chunk (the prefill and one token), queueing included.
 
 Usage: python bench/server.py [--requests 64] [--tokens 32]
 Prints a table, writes bench/results/server.json and updates bench/RESULTS.md.
@@ -37,6 +39,7 @@ SHAPE = TinyModel(vocab_size=1024, hidden_size=256, layers=4, heads=4, kv_heads=
                   intermediate_size=768, tokenizer_episodes=50)
 CLIENTS = (1, 8, 32)
 PROMPT = "go to cabinet %d and look around"
+MODEL = "bench"  # the name the backend serves
 
 
 def make_model(folder: Path, shape: TinyModel = SHAPE) -> None:
@@ -46,22 +49,29 @@ def make_model(folder: Path, shape: TinyModel = SHAPE) -> None:
 
 
 def load(base_url: str, clients: int, requests: int, tokens: int) -> dict:
-    """`requests` chats from `clients` concurrent clients: requests/s and latency quantiles."""
+    """`requests` streamed chats from `clients` concurrent clients: requests/s, latency and
+    time-to-first-token quantiles."""
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
 
-    def one(i: int) -> float:
+    def one(i: int) -> tuple[float, float]:
         start = time.perf_counter()
-        client.chat.completions.create(
-            model="m", max_tokens=tokens, temperature=0.0,
-            messages=[{"role": "user", "content": PROMPT % (i % 10)}])
-        return time.perf_counter() - start
+        first = None
+        for chunk in client.chat.completions.create(
+                model=MODEL, max_tokens=tokens, temperature=0.0, stream=True,
+                messages=[{"role": "user", "content": PROMPT % (i % 10)}]):
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter() - start
+        total = time.perf_counter() - start
+        return total if first is None else first, total
 
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        latencies = list(pool.map(one, range(requests)))
+        first, latencies = zip(*pool.map(one, range(requests)))
     wall = time.perf_counter() - start
     return {"requests_per_s": requests / wall, "p50_s": float(np.percentile(latencies, 50)),
-            "p95_s": float(np.percentile(latencies, 95))}
+            "p95_s": float(np.percentile(latencies, 95)),
+            "ttft_p50_s": float(np.percentile(first, 50)),
+            "ttft_p90_s": float(np.percentile(first, 90))}
 
 
 def run(requests: int = 64, tokens: int = 32, clients=CLIENTS, shape: TinyModel = SHAPE
@@ -70,16 +80,17 @@ def run(requests: int = 64, tokens: int = 32, clients=CLIENTS, shape: TinyModel 
     with tempfile.TemporaryDirectory() as folder:
         make_model(Path(folder), shape)
         for mode, batch in (("sequential", 1), ("batched", max(clients))):
-            backend = ModelBackend(folder, max_batch=batch, queue_capacity=4 * max(clients))
+            backend = ModelBackend(folder, MODEL, max_batch=batch,
+                                   queue_capacity=4 * max(clients))
             try:
-                backend.warm_up(ChatRequest("m", ({"role": "user", "content": PROMPT % 0},),
+                backend.warm_up(ChatRequest(MODEL, ({"role": "user", "content": PROMPT % 0},),
                                             max_tokens=tokens, temperature=0.0))
                 with serve(backend) as base_url:
                     for count in clients:
-                        calls = backend.generate_calls
+                        batches = backend.batches
                         row = {"mode": mode, "clients": count, "requests": requests,
                                "tokens": tokens, **load(base_url, count, requests, tokens),
-                               "decodes": backend.generate_calls - calls}
+                               "decodes": backend.batches - batches}
                         print(row, flush=True)
                         results.append(row)
             finally:
@@ -89,13 +100,15 @@ def run(requests: int = 64, tokens: int = 32, clients=CLIENTS, shape: TinyModel 
 
 def table(results: list[dict]) -> str:
     sequential = {r["clients"]: r for r in results if r["mode"] == "sequential"}
-    lines = ["| clients | mode | requests/s | p50 s | p95 s | decodes | vs sequential |",
-             "|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [("| clients | mode | requests/s | p50 s | p95 s | TTFT p50 s | TTFT p90 s | "
+              "decodes | vs sequential |"),
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         base = sequential.get(r["clients"])
         ratio = f"{r['requests_per_s'] / base['requests_per_s']:.2f}x" if base else "-"
         lines.append(f"| {r['clients']} | {r['mode']} | {r['requests_per_s']:.2f} | "
-                     f"{r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['decodes']} | {ratio} |")
+                     f"{r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['ttft_p50_s']:.3f} | "
+                     f"{r['ttft_p90_s']:.3f} | {r['decodes']} | {ratio} |")
     return "\n".join(lines)
 
 

@@ -13,6 +13,20 @@ softmax), the behaviour policy an RL learner needs for importance ratios. Finish
 running but write padding: their slots are marked invalid and their logprobs are 0. A row with
 no new token (positions all -1) is idle: it samples nothing and its cache row is left as it was,
 so a caller can keep one cache for a fixed set of rows and continue only some of them.
+
+Opt-in extras for a serving loop, each off by default, and off they compile exactly the program
+without them (the rollout's):
+
+- ``penalties=Penalties(counts, presence, frequency)``: OpenAI's presence and frequency
+  penalties, ``logits[v] -= frequency * count[v] + presence * (count[v] > 0)`` over the tokens
+  sampled so far, applied before temperature inside the loop; the counts come back in
+  ``Sampled.counts`` for the next call. The returned log-probs are then those of the penalised
+  distribution, the one sampled from.
+- ``top_logprobs=K`` (static): the K most likely tokens of every step and their log-probs under
+  the same distribution as the sampled token's (``Sampled.top_tokens`` / ``top_logprobs``).
+- ``write_last=False`` (static): the last sampled token is not written to the cache, so the next
+  call can prefill it (it is that call's one-token prompt) and decode on: decoding in chunks
+  this way samples what one long call would, chunk after chunk.
 """
 
 from __future__ import annotations
@@ -58,14 +72,25 @@ def sampling_params(params, cfg: QwenConfig):
     return params
 
 
+class Penalties(NamedTuple):
+    """OpenAI's presence and frequency penalties for `generate` (see the module docstring)."""
+
+    counts: jax.Array  # int32 [B, V] times each token was sampled so far (zeros to start)
+    presence: jax.Array  # float32 [B] or scalar
+    frequency: jax.Array  # float32 [B] or scalar
+
+
 class Sampled(NamedTuple):
     """Output of `generate`."""
 
     tokens: jax.Array  # int32 [B, N] generated tokens, `pad_id` after a row finished
     logprobs: jax.Array  # float32 [B, N], 0 after a row finished
     lengths: jax.Array  # int32 [B] generated tokens per row, stop token included (0: idle)
-    cache: Cache  # with prompt and generated tokens written
+    cache: Cache  # with prompt and generated tokens written (the last one: see write_last)
     next_positions: jax.Array  # int32 [B] rotary position of each row's next token
+    top_tokens: jax.Array | None = None  # int32 [B, N, K] with top_logprobs=K > 0
+    top_logprobs: jax.Array | None = None  # float32 [B, N, K], descending
+    counts: jax.Array | None = None  # int32 [B, V] with penalties, this call's tokens added
 
 
 def _truncate(logits: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -131,6 +156,36 @@ def sample_token(logits: jax.Array, keys: jax.Array, temperature: jax.Array,
     return token, (chosen - top[:, 0]) / temperature - log_norm
 
 
+def top_log_probs(logits: jax.Array, temperature: jax.Array, k: int
+                  ) -> tuple[jax.Array, jax.Array]:
+    """The k most likely tokens of float32 logits [B, V] under softmax(logits / temperature)
+    (temperature 0: plain softmax, as `sample_token`'s log-probs): (int32 [B, k], float32
+    [B, k] log-probs, descending)."""
+    temperature = jnp.where(temperature <= 0, 1.0, temperature)
+    scaled = logits / temperature
+    values, ids = jax.lax.top_k(scaled, k)
+    return ids.astype(jnp.int32), values - jax.nn.logsumexp(scaled, axis=-1, keepdims=True)
+
+
+def penalised(logits: jax.Array, penalties: Penalties | None) -> jax.Array:
+    """logits [B, V] less the presence and frequency penalties of the counts so far."""
+    if penalties is None:
+        return logits
+    counts = penalties.counts
+    frequency = jnp.reshape(penalties.frequency, (-1, 1))
+    presence = jnp.reshape(penalties.presence, (-1, 1))
+    return logits - frequency * counts - presence * (counts > 0)
+
+
+def _counted(penalties: Penalties | None, token: jax.Array, real: jax.Array
+             ) -> Penalties | None:
+    if penalties is None:
+        return None
+    rows = jnp.arange(token.shape[0])
+    return penalties._replace(counts=penalties.counts.at[rows, token].add(
+        real.astype(penalties.counts.dtype)))
+
+
 class _Loop(NamedTuple):
     step: jax.Array  # next output column
     tokens: jax.Array
@@ -141,6 +196,9 @@ class _Loop(NamedTuple):
     pending: jax.Array  # bool [B]: `last` is a real token not yet written to the cache
     pos: jax.Array  # int32 [B] rotary position of `last`
     cache: Cache
+    top_tokens: jax.Array | None = None  # int32 [B, N, K], with top_logprobs
+    top_logprobs: jax.Array | None = None
+    penalties: Penalties | None = None
 
 
 def row_keys(key: jax.Array, rows: int) -> jax.Array:
@@ -157,7 +215,8 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
              cache: Cache, key: jax.Array, *, max_tokens: int,
              max_new_tokens: jax.Array, stop_tokens: jax.Array,
              temperature: jax.Array = 1.0, top_k: jax.Array = 0, top_p: jax.Array = 1.0,
-             pad_id: int | jax.Array = 0) -> Sampled:
+             pad_id: int | jax.Array = 0, penalties: Penalties | None = None,
+             top_logprobs: int = 0, write_last: bool = True) -> Sampled:
     """Samples continuations of a left-padded batch of prompts.
 
     Checks the prompt's token ids (`check_token_ids`), then runs `compiled_generate`, the
@@ -178,6 +237,12 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
       temperature, top_k, top_p: sampling knobs (arrays; 0 temperature = greedy; top_p in
         (0, 1]).
       pad_id: written after a row finishes.
+      penalties: presence and frequency penalties with the counts so far (None: none; the
+        rollout's program).
+      top_logprobs: K, static: also return each step's K most likely tokens and log-probs.
+      write_last: static; False leaves the last sampled token out of the cache, for the next
+        call to prefill it and decode on (a token-for-token continuation; see the module
+        docstring).
 
     Returns:
       Sampled.
@@ -197,16 +262,20 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
     return compiled_generate(params, cfg, prompt, prompt_positions, cache, key,
                              max_tokens=max_tokens, max_new_tokens=max_new_tokens,
                              stop_tokens=stop_tokens, temperature=temperature, top_k=top_k,
-                             top_p=top_p, pad_id=pad_id)
+                             top_p=top_p, pad_id=pad_id, penalties=penalties,
+                             top_logprobs=top_logprobs, write_last=write_last)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "max_tokens"), donate_argnames=("cache",),
-                   compiler_options=DECODE_COMPILER_OPTIONS)
+# top_logprobs and write_last are static: their defaults compile the rollout's program unchanged
+@functools.partial(jax.jit, static_argnames=("cfg", "max_tokens", "top_logprobs", "write_last"),
+                   donate_argnames=("cache",), compiler_options=DECODE_COMPILER_OPTIONS)
 def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.Array,
                       cache: Cache, key: jax.Array, *, max_tokens: int,
                       max_new_tokens: jax.Array, stop_tokens: jax.Array,
                       temperature: jax.Array = 1.0, top_k: jax.Array = 0,
-                      top_p: jax.Array = 1.0, pad_id: int | jax.Array = 0) -> Sampled:
+                      top_p: jax.Array = 1.0, pad_id: int | jax.Array = 0,
+                      penalties: Penalties | None = None, top_logprobs: int = 0,
+                      write_last: bool = True) -> Sampled:
     """`generate` compiled, without the host-side check of the prompt (see `generate`)."""
     restack = platform_of(cache.valid) == "cpu" and not isinstance(cache.k, tuple)
     params = sampling_params(params, cfg)
@@ -223,10 +292,28 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
     def column_keys(column: jax.Array) -> jax.Array:
         return jax.vmap(jax.random.fold_in, (0, None))(keys, column)
 
+    def top(logits: jax.Array) -> tuple[jax.Array | None, jax.Array | None]:
+        if not top_logprobs:
+            return None, None
+        return top_log_probs(logits, temperature, top_logprobs)
+
+    def put(buffer: jax.Array | None, column: jax.Array, values: jax.Array | None,
+            real: jax.Array) -> jax.Array | None:
+        if buffer is None:
+            return None
+        return buffer.at[:, column].set(jnp.where(real[:, None], values, 0))
+
     logits, cache = forward(params, cfg, prompt, prompt_positions, cache, last_only=True)
-    token, logprob = sample_token(logits[:, -1], column_keys(0), temperature, top_k, top_p)
+    logits = penalised(logits[:, -1], penalties)
+    token, logprob = sample_token(logits, column_keys(0), temperature, top_k, top_p)
     active = jnp.any(prompt_positions >= 0, axis=1)
     token = jnp.where(active, token, pad_id)
+    top_ids, top_values = top(logits)
+    if top_logprobs:
+        top_ids = put(jnp.zeros((batch, max_tokens, top_logprobs), jnp.int32), 0, top_ids,
+                      active)
+        top_values = put(jnp.zeros((batch, max_tokens, top_logprobs), jnp.float32), 0,
+                         top_values, active)
     state = _Loop(
         step=jnp.ones((), jnp.int32),
         tokens=jnp.full((batch, max_tokens), pad_id, jnp.int32).at[:, 0].set(token),
@@ -235,23 +322,36 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
         lengths=active.astype(jnp.int32),
         done=jnp.isin(token, stop_tokens) | (budget <= 1) | ~active,
         last=token, pending=active,
-        pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache)
+        pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache,
+        top_tokens=top_ids, top_logprobs=top_values,
+        penalties=_counted(penalties, token, active))
 
     def decode(s: _Loop) -> _Loop:
         logits, cache = forward(params, cfg, s.last[:, None],
                                 jnp.where(s.pending, s.pos, -1)[:, None], s.cache)
-        token, logprob = sample_token(logits[:, 0], column_keys(s.step), temperature, top_k,
-                                      top_p)
+        logits = penalised(logits[:, 0], s.penalties)
+        token, logprob = sample_token(logits, column_keys(s.step), temperature, top_k, top_p)
         real = ~s.done
         token = jnp.where(real, token, pad_id)
         done = s.done | (real & jnp.isin(token, stop_tokens)) | (s.step + 1 >= budget)
+        top_ids, top_values = top(logits)
         return _Loop(s.step + 1, s.tokens.at[:, s.step].set(token),
                      s.logprobs.at[:, s.step].set(jnp.where(real, logprob, 0.0)),
-                     s.lengths + real, done, token, real, s.pos + real, cache)
+                     s.lengths + real, done, token, real, s.pos + real, cache,
+                     put(s.top_tokens, s.step, top_ids, real),
+                     put(s.top_logprobs, s.step, top_values, real),
+                     _counted(s.penalties, token, real))
 
-    s = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode, state)
-    _, cache = forward(params, cfg, s.last[:, None], jnp.where(s.pending, s.pos, -1)[:, None],
-                       s.cache, hidden_only=True)  # writes the last token; no logits needed
+    if max_tokens > 1:  # with one token the loop never runs: it need not be compiled
+        state = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode,
+                                   state)
+    s = state
+    cache = s.cache
+    if write_last:
+        _, cache = forward(params, cfg, s.last[:, None],
+                           jnp.where(s.pending, s.pos, -1)[:, None], cache,
+                           hidden_only=True)  # writes the last token; no logits needed
     if restack:
         cache = cache._replace(k=jnp.stack(cache.k), v=jnp.stack(cache.v))
-    return Sampled(s.tokens, s.logprobs, s.lengths, cache, s.pos + 1)
+    return Sampled(s.tokens, s.logprobs, s.lengths, cache, s.pos + 1, s.top_tokens,
+                   s.top_logprobs, None if penalties is None else s.penalties.counts)

@@ -48,6 +48,10 @@ class LLMConfig:
     max_retries: int = 0
     temperature: float | None = None
     max_completion_tokens: int | None = None
+    # Sent as the request's chat_template_kwargs (e.g. {"enable_thinking": False} for a Qwen
+    # judge); None sends none, as an OpenAI endpoint expects. A judge this project serves from
+    # a model folder uses the folder's stored chat setting without it.
+    chat_template_kwargs: Mapping[str, Any] | None = None
     prompt_token_price: float = 0.0  # cost per prompt token
     completion_token_price: float = 0.0  # cost per completion token
 
@@ -150,6 +154,8 @@ class LLM:
             options["temperature"] = self.config.temperature
         if self.config.max_completion_tokens is not None:
             options["max_completion_tokens"] = self.config.max_completion_tokens
+        if self.config.chat_template_kwargs is not None:
+            options["extra_body"] = {"chat_template_kwargs": dict(self.config.chat_template_kwargs)}
         late = LLMError(f"the LLM request timed out after {timeout:.1f} s", unreachable=True)
         try:
             with self._client.chat.completions.with_streaming_response.create(

@@ -1,6 +1,11 @@
 """``python -m prover_jax.server --model FOLDER [--host 127.0.0.1] [--port 8000]``: a local Qwen
 (a Hugging Face folder or a run directory) behind ``/v1/chat/completions`` and ``/v1/models``,
-batched (`prover_jax.server.model`). It binds loopback unless told otherwise."""
+batched and streamed (`prover_jax.server.model`). It binds loopback unless told otherwise.
+
+The chat template's default arguments are those the model was trained with (its stored chat
+setting, ``chat.json``); ``--chat-template-arg KEY=VALUE`` (repeatable) sets one over them, the
+value read as YAML (``enable_thinking=false``); a request's ``chat_template_kwargs`` go over
+them. An argument the model's template does not read stops the start-up."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import uvicorn
+import yaml
 
 from prover_jax import compile_cache
 from prover_jax.server.app import create_app
@@ -27,11 +33,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--queue-capacity", type=int, default=64,
                         help="requests waiting before a 503")
     parser.add_argument("--default-max-tokens", type=int, default=256)
+    parser.add_argument("--chat-template-arg", action="append", default=[],
+                        metavar="KEY=VALUE", help="a chat template argument (value as YAML), "
+                        "e.g. enable_thinking=false; repeatable")
     args = parser.parse_args(argv)
+    template_kwargs = {}
+    for argument in args.chat_template_arg:
+        key, equals, value = argument.partition("=")
+        if not (key and equals):
+            parser.error(f"--chat-template-arg {argument!r}: expected KEY=VALUE")
+        try:
+            template_kwargs[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            parser.error(f"--chat-template-arg {argument!r}: the value is not YAML: {e}")
     compile_cache.enable()
     try:
         backend = ModelBackend(args.model, args.name, args.max_batch, args.queue_capacity,
-                               args.default_max_tokens)
+                               args.default_max_tokens, template_kwargs=template_kwargs)
     except (OSError, ValueError) as e:
         parser.error(str(e))
     print(f"serving {args.model} as {backend.name!r} on http://{args.host}:{args.port}/v1",

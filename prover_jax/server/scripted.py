@@ -3,7 +3,14 @@
 Each request consumes the next reply of the script, whatever it asks: plain text (a JSON final
 answer, malformed JSON, garbage), tool calls (with arguments that may be malformed JSON), or an
 HTTP failure (a status with an OpenAI error object, or any raw body). Any reply can be
-delayed, to exercise client timeouts. A request after the script ran out gets HTTP 500.
+delayed, to exercise client timeouts. A request after the script ran out gets HTTP 500. A
+request for ``n`` choices consumes ``n`` replies, one per choice (and is recorded once per
+choice); a streamed request gets each reply whole, as one content delta and one delta per tool
+call (`Backend.stream`). Scripted replies carry no log-probs (``logprobs`` is then null).
+
+The backend serves one model, ``model`` (default ``"scripted"``): that is what ``/v1/models``
+lists and the name a client must send, as with a real server; another name is a 404, so a test
+or a judge's config that names the wrong model fails as it would against a real endpoint.
 
 Every request and every reply sent is recorded, so tests can check what a client sent (for
 example that no hidden environment state reached the judge) and what usage it was told.

@@ -253,3 +253,66 @@ def test_sampled_tokens_follow_the_truncated_softmax():
             expected = want[kept] * draws
             chi2 = np.sum((seen[kept] - expected) ** 2 / expected)
             assert chi2 < len(kept) + 6 * np.sqrt(2 * len(kept)), (temperature, top_k, top_p)
+
+
+def test_chunked_decode_with_penalties_and_top_logprobs_matches_a_reference(tiny):
+    """Decoding in two chunks (``write_last=False``, the next call prefilling the last token)
+    with presence and frequency penalties and top log-probs, against a numpy reference over one
+    full forward: each step's penalised logits from the tokens sampled before it, the greedy
+    token their argmax, and the log-probs (sampled and top 3) of softmax(penalised / T)."""
+    from models.qwen.sampler import Penalties
+
+    _, cfg, params = tiny
+    if not cfg.layer_types:
+        pytest.skip("the hybrid model covers both kinds of layer (one compilation, not two)")
+    tokens, mask = prompts(cfg, seed=3)
+    presence, frequency = np.float32([0.0, 1.5, -0.5]), np.float32([2.0, 0.0, 0.7])
+
+    def chunked(temperature, key):
+        penalties = Penalties(jnp.zeros((3, cfg.vocab_size), jnp.int32), jnp.asarray(presence),
+                              jnp.asarray(frequency))
+        cache = qwen.init_cache(cfg, 3, tokens.shape[1] + 2 * MAX_TOKENS + 8)
+        common = dict(max_tokens=MAX_TOKENS, stop_tokens=jnp.array([-1], jnp.int32),
+                      top_logprobs=3, write_last=False,
+                      **{**KNOBS, "temperature": jnp.float32(temperature)})
+        first = generate(params, cfg, tokens, qwen.positions_from_mask(mask), cache,
+                         jax.random.key(key), max_new_tokens=jnp.int32(3), penalties=penalties,
+                         **common)
+        # the last token, left-padded to the prompt's shape: the same compiled program
+        last = np.zeros_like(tokens)
+        last[:, -1] = np.asarray(first.tokens)[:, 2]
+        last_positions = np.full(tokens.shape, -1, np.int32)
+        last_positions[:, -1] = np.asarray(first.next_positions) - 1
+        second = generate(params, cfg, last, last_positions,
+                          first.cache, jax.random.key(key + 1), max_new_tokens=jnp.int32(5),
+                          penalties=penalties._replace(counts=first.counts), **common)
+        return [np.concatenate([np.asarray(a)[:, :3], np.asarray(b)[:, :5]], axis=1)
+                for a, b in zip((first.tokens, first.logprobs, first.top_tokens,
+                                 first.top_logprobs),
+                                (second.tokens, second.logprobs, second.top_tokens,
+                                 second.top_logprobs))] + [np.asarray(second.counts)]
+
+    plain = np.asarray(run(params, cfg, tokens, mask, temperature=jnp.float32(0.0)).tokens)
+    for temperature in (0.0, 0.7):
+        out, logprobs, top_ids, top_lps, counts = chunked(temperature, key=4)
+        full = np.concatenate([tokens, out], axis=1)
+        full_mask = np.concatenate([mask, np.ones((3, MAX_TOKENS), bool)], axis=1)
+        logits, _ = qwen.forward(params, cfg, full, qwen.positions_from_mask(full_mask))
+        logits = np.asarray(logits, np.float64)[:, 5:-1]  # [3, 8, V]: step t's logits
+        seen = np.zeros((3, cfg.vocab_size))
+        for t in range(MAX_TOKENS):
+            step = logits[:, t] - frequency[:, None] * seen - presence[:, None] * (seen > 0)
+            if temperature == 0:
+                np.testing.assert_array_equal(out[:, t], np.argmax(step, axis=-1))
+            scaled = step / (temperature or 1.0)
+            logp = scaled - np.log(np.sum(np.exp(scaled - scaled.max(-1, keepdims=True)),
+                                          -1, keepdims=True)) - scaled.max(-1, keepdims=True)
+            np.testing.assert_allclose(logprobs[:, t], logp[np.arange(3), out[:, t]],
+                                       atol=2e-4)
+            np.testing.assert_array_equal(top_ids[:, t], np.argsort(-logp, axis=-1)[:, :3])
+            np.testing.assert_allclose(top_lps[:, t], -np.sort(-logp, axis=-1)[:, :3],
+                                       atol=2e-4)
+            seen[np.arange(3), out[:, t]] += 1
+        np.testing.assert_array_equal(counts, seen)
+        if temperature == 0:  # the penalties changed the greedy replies of the penalised rows
+            assert not np.array_equal(out[2], plain[2]) or not np.array_equal(out[0], plain[0])

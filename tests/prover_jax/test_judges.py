@@ -110,6 +110,11 @@ def test_parse_answer_takes_the_object_from_a_fence_or_surrounding_text():
 # ---------------------------------------------------------------------------- agentic judge
 
 
+def test_a_judge_sends_its_chat_template_arguments():
+    _, backend = propose(answer(1, 2), chat_template_kwargs={"enable_thinking": False})
+    assert backend.requests[0].body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
 def test_agentic_valid_answer_and_its_prompt():
     proposal, backend = propose(answer(1, 2, "opening the drawer reveals the key"))
     assert proposal.valid and (proposal.start_turn, proposal.end_turn) == (1, 2)
@@ -122,6 +127,7 @@ def test_agentic_valid_answer_and_its_prompt():
         assert f"[turn {turn.index}] action: {turn.action}" in prompt
     assert "t1: take key 1 from desk 1 [invalid]" in prompt  # a failure preview
     assert "end_turn <= 3" in prompt and "at most 8 tool calls" in prompt
+    assert "chat_template_kwargs" not in request.body  # an OpenAI endpoint gets none
     assert [t["function"]["name"] for t in request.tools] == ["search_trajectory",
                                                                "get_segment"]
 

@@ -1,5 +1,7 @@
 """The local model behind the OpenAI-compatible server, through the real `openai` client over
 HTTP on loopback: replies equal the sampler's own decode whatever the batch, batching,
+streaming (equal to the whole reply, tool calls included, and a client that leaves frees its
+row), n choices, log-probs and penalties against a reference forward, chat template arguments,
 limits and errors, the judge, critic and tau's simulated user on it, and a clean shutdown."""
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ import envs
 from envs.tau import LLMUser
 from models import qwen
 from models.qwen import kv_cache
-from models.qwen.sampler import generate
+from models.qwen.sampler import Sampled, generate
 from prover_jax.judges.agentic import AgenticConfig, AgenticJudge
 from prover_jax.judges.critic import Critic, CriticConfig
 from prover_jax.server import ChatRequest, serve
-from prover_jax.server.model import ModelBackend, parse_tool_calls
+from prover_jax.server import model as model_module
+from prover_jax.server.model import ModelBackend, parse_tool_calls, split_reply
 from prover_jax.train import TinyModel
 from prover_jax.trainer import tiny
 from tests.prover_jax.test_judges import FAILURES, SUCCESS
+from tests.prover_jax.test_server import collect
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = TinyModel(vocab_size=320, hidden_size=32, layers=1, heads=2, kv_heads=1, head_dim=16,
@@ -94,10 +98,10 @@ def test_tool_calls_parse_and_malformed_output_stays_text():
 
 def test_concurrent_requests_share_decodes_and_equal_solo_decodes(backend, client):
     texts = [f"go to drawer {i}" for i in range(8)]  # one prompt length: one solo program
-    before = backend.generate_calls
+    before = backend.batches
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         replies = list(pool.map(lambda t: ask(client, t, temperature=0.0, max_tokens=12), texts))
-    assert backend.generate_calls - before < 8  # batched
+    assert backend.batches - before < 8  # batched
     for text, reply in zip(texts, replies):
         request = [{"role": "user", "content": text}]
         prompt = backend.tokenizer.apply_chat_template(request, add_generation_prompt=True,
@@ -127,10 +131,18 @@ def test_a_seed_gives_the_same_sample(client):
 def test_bad_requests_are_400s_naming_the_problem(backend, client):
     with pytest.raises(openai.BadRequestError, match="exceed the context"):
         ask(client, "look " * 20, max_tokens=backend.context)
-    with pytest.raises(openai.BadRequestError, match="'logprobs' is not supported"):
-        ask(client, "hi", logprobs=True)
     with pytest.raises(openai.BadRequestError, match="'temperature' must be a number"):
         ask(client, "hi", temperature="hot")
+    for param, value in (("max_tokens", 0), ("max_completion_tokens", 0), ("n", 9)):
+        with pytest.raises(openai.BadRequestError, match=f"'{param}' must be") as bad:
+            ask(client, "hi", **{param: value})
+        assert bad.value.body["param"] == param  # n: more rows than max_batch=8
+    with pytest.raises(openai.BadRequestError, match="'enable_thinkin' is not one") as bad:
+        ask(client, "hi", extra_body={"chat_template_kwargs": {"enable_thinkin": False}})
+    assert bad.value.body["param"] == "chat_template_kwargs"
+    with pytest.raises(openai.NotFoundError, match="serves 'tiny'") as missing:
+        client.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "x"}])
+    assert missing.value.body["code"] == "model_not_found"
 
 
 def test_full_queue_is_a_503_a_gone_client_frees_its_place_and_a_crash_is_a_500(
@@ -254,3 +266,207 @@ def test_the_trainer_serves_its_judge_model_for_the_run(folder, tmp_path):
     serving = [t.name for t in set(threading.enumerate()) - before
                if t.name.startswith(("openai-server", "model-backend"))]
     assert not serving  # the server and the backend's worker stopped with the run
+
+
+# ---------------------------------------------------------------------------------- streaming
+
+
+def test_a_greedy_stream_arrives_in_chunks_and_equals_the_whole_reply(client):
+    whole = ask(client, "go to drawer 3", temperature=0.0, max_tokens=16, logprobs=True)
+    chunks = list(ask(client, "go to drawer 3", temperature=0.0, max_tokens=16, logprobs=True,
+                      stream=True, stream_options={"include_usage": True}))
+    choices, usage = collect(chunks)
+    streamed = choices[0]
+    assert streamed["content"] == whole.choices[0].message.content
+    assert streamed["finish"] == whole.choices[0].finish_reason == "length"
+    assert usage[-1] == whole.usage
+    assert [t.token for t in streamed["logprobs"]] == [
+        t.token for t in whole.choices[0].logprobs.content]
+    # the tokens came as decoded: the first after the prefill, then a chunk
+    sizes = [len(c.choices[0].logprobs.content) for c in chunks
+             if c.choices and c.choices[0].logprobs]
+    assert sizes == [1, model_module.CHUNK_TOKENS - 1]
+
+
+def test_split_reply_of_any_prefix_starts_the_whole_reply():
+    """What `split_reply` decides from a prefix of a reply (``final=False``) is a prefix of the
+    whole reply's content and calls: streamed text never has to be taken back."""
+    texts = [
+        ('Checking.\n<tool_call>\n{"name": "look", "arguments": {"room": "kitchen"}}\n'
+         '</tool_call>\n<tool_call>\n<function=finish>\n<parameter=answer>\n4 2\n'
+         '</parameter>\n</function>\n</tool_call>\n'),
+        "a <tool_call>{broken}</tool_call> b <tool_c",
+        "  spaced   <tool_call>\n{\"name\": \"x\"}\n</tool_call>  after  ",
+        "no calls at all, trailing space ",
+    ]
+    for text in texts:
+        content, calls = split_reply(text)
+        for end in range(len(text) + 1):
+            part, part_calls = split_reply(text[:end], final=False)
+            assert content.startswith(part), (text, end, part)
+            assert calls[: len(part_calls)] == part_calls
+    assert split_reply(texts[0]) == ("Checking.", [
+        model_module.ParsedCall("look", {"room": "kitchen"}),
+        model_module.ParsedCall("finish", {"answer": "4 2"})])
+    assert split_reply(texts[1]) == (texts[1], [])  # a block that does not parse stays text
+    assert split_reply(texts[2])[0] == "  spacedafter  "
+    assert split_reply(texts[3]) == (texts[3], [])
+
+
+class ScriptedSampler:
+    """Stands in for `generate`: every active row samples the next tokens of ``ids`` (up to the
+    call's budget, through a stop token), after ``delay_s``. Records each call's active rows."""
+
+    def __init__(self, ids, stop_ids, delay_s=0.0):
+        self.ids, self.stop_ids, self.delay_s = list(ids), set(stop_ids), delay_s
+        self.active, self.at = [], 0
+
+    def __call__(self, params, cfg, prompt, positions, cache, key, *, max_tokens,
+                 max_new_tokens, **_):
+        time.sleep(self.delay_s)
+        positions = np.asarray(positions)
+        active = (positions >= 0).any(axis=1)
+        self.active.append(active)
+        self.at = 0 if max_tokens == 1 else self.at  # a new batch starts with one token
+        take = self.ids[self.at: self.at + int(max_new_tokens)]
+        stop = next((i for i, t in enumerate(take) if t in self.stop_ids), None)
+        take = take if stop is None else take[: stop + 1]
+        self.at += len(take)
+        tokens = np.zeros((len(active), max_tokens), np.int32)
+        tokens[active, : len(take)] = take
+        lengths = np.where(active, len(take), 0).astype(np.int32)
+        return Sampled(tokens, np.zeros(tokens.shape, np.float32), lengths, cache,
+                       positions.max(axis=1) + len(take) + 1)
+
+
+def test_streamed_tool_calls_equal_the_whole_reply_and_arrive_as_decoded(backend, client,
+                                                                        monkeypatch):
+    text = ('Let me check.\n<tool_call>\n{"name": "lookup", "arguments": {"q": "drawer"}}\n'
+            '</tool_call>\n<tool_call>\n<function=finish>\n<parameter=answer>\nkey 1\n'
+            '</parameter>\n</function>\n</tool_call>')
+    ids = backend.tokenizer(text, add_special_tokens=False)["input_ids"]
+    sampler = ScriptedSampler([*ids, min(backend.stop_set)], backend.stop_set, delay_s=0.02)
+    monkeypatch.setattr(model_module, "generate", sampler)
+    whole = ask(client, "hi", max_tokens=200)
+    start, arrivals = time.perf_counter(), []
+    chunks = []
+    for chunk in ask(client, "hi", max_tokens=200, stream=True):
+        chunks.append(chunk)
+        arrivals.append(time.perf_counter() - start)
+    streamed = collect(chunks)[0][0]
+    message = whole.choices[0].message
+    expected_content, expected_calls = parse_tool_calls(text)
+    assert message.content == streamed["content"] == expected_content == "Let me check."
+    calls = [(c.function.name, c.function.arguments) for c in message.tool_calls]
+    assert calls == [(c.name, c.arguments) for c in expected_calls] == [
+        ("lookup", '{"q": "drawer"}'), ("finish", '{"answer": "key 1"}')]
+    assert [(c["name"], c["arguments"]) for c in streamed["calls"].values()] == calls
+    assert whole.choices[0].finish_reason == streamed["finish"] == "tool_calls"
+    assert whole.usage.completion_tokens == len(ids) + 1
+    assert not any("<tool" in (c.choices[0].delta.content or "") for c in chunks if c.choices)
+    first_text = next(t for t, c in zip(arrivals, chunks)
+                      if c.choices and c.choices[0].delta.content)
+    assert first_text < arrivals[-1] - 0.08  # the text came chunks before the end
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_row(backend, client, monkeypatch):
+    sampler = ScriptedSampler(backend.tokenizer("look " * 200, add_special_tokens=False)[
+        "input_ids"], backend.stop_set, delay_s=0.05)
+    monkeypatch.setattr(model_module, "generate", sampler)
+    abandoned, batches = backend.abandoned_rows, backend.batches
+    stream = ask(client, "hi", max_tokens=200, stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    stream.close()  # the client goes away after its first text
+    deadline = time.monotonic() + 10
+    while backend.abandoned_rows == abandoned and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert backend.abandoned_rows == abandoned + 1
+    calls = len(sampler.active)
+    assert calls < 1 + 200 // model_module.CHUNK_TOKENS  # its remaining decode never ran
+    assert ask(client, "after", max_tokens=4).choices[0].message.content  # still served
+    assert backend.batches == batches + 2 and len(sampler.active) <= calls + 2
+
+
+# ------------------------------------------------------------------ n, log-probs, penalties
+
+
+def reply_ids(backend, logprobs):
+    """Token ids of a reply from its log-prob entries' bytes (byte-level pieces)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    chars = bytes_to_unicode()
+    return [backend.tokenizer.convert_tokens_to_ids("".join(chars[b] for b in t.bytes))
+            for t in logprobs]
+
+
+def test_n_logprobs_and_penalties_against_a_reference_forward(backend, client):
+    """A seeded request for two sampled choices with log-probs and penalties: reproducible,
+    streamed equal to whole, and each token's log-prob (and top 3) those of
+    softmax((logits - penalties) / T) from a full forward of the prompt and reply, where the
+    penalties count the choice's earlier tokens (OpenAI's definitions)."""
+    temperature, presence, frequency = 0.7, -2.0, 0.5
+    options = dict(temperature=temperature, seed=5, n=2, max_tokens=12, logprobs=True,
+                   top_logprobs=3, presence_penalty=presence, frequency_penalty=frequency)
+    whole = ask(client, "open drawer 2", **options)
+    again = ask(client, "open drawer 2", **options)
+    streamed, _ = collect(ask(client, "open drawer 2", stream=True, **options))
+    assert [c.index for c in whole.choices] == [0, 1]
+    assert whole.choices[0].message.content != whole.choices[1].message.content
+    prompt = backend.prompt_ids(ChatRequest("tiny", ({"role": "user",
+                                                      "content": "open drawer 2"},)))
+    replies = [reply_ids(backend, c.logprobs.content) for c in whole.choices]
+    assert [len(ids) for ids in replies] == [12, 12]  # no stop token: one forward for both
+    full = np.asarray([prompt + ids for ids in replies], np.int32)
+    every, _ = qwen.forward(backend.params, backend.cfg, full,
+                            np.broadcast_to(np.arange(full.shape[1], dtype=np.int32), full.shape))
+    for choice, repeat, ids in zip(whole.choices, again.choices, replies):
+        assert choice.message.content == repeat.message.content
+        assert choice.message.content == streamed[choice.index]["content"]
+        entries = choice.logprobs.content
+        assert [t.token for t in entries] == [t.token for t in streamed[choice.index]["logprobs"]]
+        logits = np.asarray(every, np.float64)[choice.index, len(prompt) - 1: -1]
+        seen = np.zeros(backend.cfg.vocab_size)
+        for t, (token, entry) in enumerate(zip(ids, entries)):
+            scaled = (logits[t] - frequency * seen - presence * (seen > 0)) / temperature
+            logp = scaled - scaled.max() - np.log(np.exp(scaled - scaled.max()).sum())
+            assert entry.logprob == pytest.approx(logp[token], abs=2e-4)
+            top = np.argsort(-logp)[:3]
+            assert [x.logprob for x in entry.top_logprobs] == pytest.approx(logp[top], abs=2e-4)
+            assert reply_ids(backend, entry.top_logprobs) == top.tolist()
+            seen[token] += 1
+    # the penalty's effect: a greedy reply encouraged to repeat itself is another reply
+    greedy = dict(temperature=0.0, max_tokens=12)
+    plain = ask(client, "open drawer 2", **greedy).choices[0].message.content
+    pushed = ask(client, "open drawer 2", n=2, logprobs=True, top_logprobs=3,
+                 presence_penalty=presence, frequency_penalty=frequency, **greedy)
+    assert pushed.choices[0].message.content == pushed.choices[1].message.content != plain
+
+
+def test_chat_template_arguments_from_the_backend_and_the_request(backend, folder, monkeypatch):
+    monkeypatch.setattr(backend.tokenizer, "chat_template",
+                        "{{ '<|im_start|>' + ('think' if enable_thinking else 'answer') + "
+                        "(messages[0].content | string) }}")
+    request = ChatRequest("tiny", ({"role": "user", "content": " now"},))
+
+    def rendered(request):
+        return backend.tokenizer.decode(backend.prompt_ids(request))
+
+    assert rendered(request) == "<|im_start|>answer now"
+    monkeypatch.setattr(backend, "template_kwargs", {"enable_thinking": True})
+    assert rendered(request) == "<|im_start|>think now"
+    off = ChatRequest("tiny", request.messages, template_kwargs={"enable_thinking": False})
+    assert rendered(off) == "<|im_start|>answer now"  # the request's argument wins
+    with pytest.raises(ValueError, match="'thinking' is not one the model's chat template"):
+        ModelBackend(folder, template_kwargs={"thinking": False})
+
+
+def test_the_command_line_checks_its_chat_template_arguments(folder, capsys):
+    from prover_jax.server.__main__ import main
+
+    for argument, message in (("enable_thinking=false", "'enable_thinking' is not one"),
+                              ("enable_thinking", "KEY=VALUE")):
+        with pytest.raises(SystemExit):
+            main(["--model", str(folder), "--chat-template-arg", argument])
+        assert message in capsys.readouterr().err

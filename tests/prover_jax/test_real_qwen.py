@@ -1,6 +1,6 @@
 """A real Qwen's path end to end: the real Qwen3 tokenizer and chat template on tiny random
-weights in the real architecture, through SFT, RL with prover+vict and evaluation, each stage
-using the chat setting stored with the model it starts from."""
+weights in the real architecture, through SFT, RL with prover+vict, evaluation and the server,
+each stage using the chat setting stored with the model it starts from."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import random
 import shutil
 
 import jax
+import openai
 import pytest
 
 import envs
@@ -19,6 +20,8 @@ from prover_jax import evaluate, evaluation, runs
 from prover_jax.learner import LearnerConfig, OptimizerConfig
 from prover_jax.model_policy import ModelPolicy, parse_action
 from prover_jax.rollout import run, start
+from prover_jax.server import ChatRequest, serve
+from prover_jax.server.model import ModelBackend
 from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
 from prover_jax.sft import SftConfig
 from prover_jax.sft_trainer import DemonstrationPolicy, demonstrations, sft
@@ -80,7 +83,8 @@ def test_demonstrations_and_rollouts_are_written_in_the_stored_setting(qwen3_fol
 
 
 @pytest.mark.slow
-def test_sft_rl_and_evaluation_use_the_stored_chat_setting(qwen3_folder, tmp_path, monkeypatch):
+def test_sft_rl_evaluation_and_serving_use_the_stored_chat_setting(qwen3_folder, tmp_path,
+                                                                   monkeypatch):
     cfg, params, tokenizer = runs.load(qwen3_folder)
     small_eval = EvalConfig(tasks=1, samples=0, max_new_tokens=4, max_actions=1)
     sft_dir = tmp_path / "sft"
@@ -120,3 +124,22 @@ def test_sft_rl_and_evaluation_use_the_stored_chat_setting(qwen3_folder, tmp_pat
     exported = runs.export(rl_dir, tmp_path / "exported")
     assert runs.stored_chat(exported) == CHAT
     assert jax.tree.structure(runs.load(exported)[1]) == jax.tree.structure(params)
+
+    backend = ModelBackend(rl_dir, name="tiny-qwen3")  # the server, on the stored setting
+    try:
+        with serve(backend) as base_url:
+            client = openai.OpenAI(base_url=base_url, api_key="unused")
+            question = [{"role": "user", "content": "Which room?"}]
+            reply = client.chat.completions.create(model="tiny-qwen3", messages=question,
+                                                   max_tokens=3, temperature=0)
+            streamed = "".join(
+                chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+                    model="tiny-qwen3", messages=question, max_tokens=3, temperature=0,
+                    stream=True) if chunk.choices)
+    finally:
+        backend.close()
+    assert backend.template_kwargs == {"enable_thinking": False}
+    prompt = tokenizer.decode(backend.prompt_ids(ChatRequest("tiny-qwen3", tuple(question))))
+    assert prompt.endswith(NO_THINKING_PROMPT)
+    assert reply.usage.prompt_tokens == len(tokenizer(prompt)["input_ids"])
+    assert streamed == (reply.choices[0].message.content or "")
