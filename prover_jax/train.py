@@ -146,7 +146,7 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
     run directory was started with (`RESUMABLE_CHANGES` may differ)."""
     path = directory / CONFIG_FILE
     if path.exists():
-        stored = flatten(json.loads(path.read_text()))
+        stored = with_chat_keys(flatten(json.loads(path.read_text())))
         ours = flatten(without_secrets(to_dict(config)))
         differing = sorted(k for k in set(stored) | set(ours)
                            if not resumable(k) and stored.get(k) != ours.get(k))
@@ -156,6 +156,15 @@ def check_run_config(directory: Path, config: TrainConfig) -> None:
             raise ValueError(f"{directory} holds a run with another config ({details}); "
                              "nothing was changed: resume with the same config or use another "
                              "run directory")
+
+
+def with_chat_keys(stored: dict) -> dict:
+    """A stored flat config of a run started before the chat setting existed, as it reads now:
+    SFT's ``reply`` is ``chat.reply``, and a run without either wrote text replies."""
+    if any(key == "chat" or key.startswith("chat.") for key in stored):
+        return stored
+    return {**{k: v for k, v in stored.items() if k != "reply"},
+            "chat.reply": stored.get("reply", "text")}
 
 
 def resumable(key: str) -> bool:

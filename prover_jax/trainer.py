@@ -260,11 +260,13 @@ def with_chat(config, tokenizer, system: str, log):
 
 
 def reference_policy(learner: Learner, params):
-    """The KL term's reference: the run's starting `params` in the learner's compute dtype,
-    placed as the learner places its own (a resumed run keeps the same reference)."""
+    """The KL term's reference: the run's starting `params` (host arrays, or global arrays
+    restored from a run) cast to the learner's compute dtype on the devices, placed as the
+    learner places its own (a resumed run keeps the same reference)."""
     dtype = jnp.dtype(learner.cfg.compute_dtype)
-    return jax.device_put(jax.tree.map(lambda p: np.asarray(p).astype(dtype), params),
-                          learner.state_shardings.params)
+    cast = jax.jit(lambda tree: jax.tree.map(lambda p: p.astype(dtype), tree),
+                   out_shardings=learner.state_shardings.params)
+    return cast(params)
 
 
 def check_verifier(env: envs.Env, task: envs.Task, credit_name: str) -> None:

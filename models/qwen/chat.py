@@ -139,11 +139,6 @@ def tool_call_blocks(text: str) -> list[str]:
     return _TOOL_CALL.findall(text)
 
 
-def without_tool_calls(text: str) -> str:
-    """`text` with its ``<tool_call>`` blocks removed, stripped."""
-    return _TOOL_CALL.sub("", text).strip()
-
-
 @dataclasses.dataclass(frozen=True)
 class Rendered:
     """One conversation as model input: int32 tokens [L], bool loss_mask [L], int32 turn_ids

@@ -135,8 +135,6 @@ class _Reader:
         self.poll = True
         self.prompt_tokens = stream.prompt_tokens
         self._ready = asyncio.Event()
-        self._pending: list[Delta] = []
-        self._ended = False
         loop = asyncio.get_running_loop()
         stream.set_wake(lambda: loop.call_soon_threadsafe(self._ready.set))
 
@@ -290,10 +288,10 @@ def parse_request(body: Any, max_choices: int = 16) -> ChatRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RequestError("'model' must be a non-empty string", "model")
-    stop = body.get("stop") or ()
-    stop = (stop,) if isinstance(stop, str) else stop
-    if not isinstance(stop, list | tuple) or not all(isinstance(s, str) for s in stop):
-        raise RequestError("'stop' must be a string or a list of strings", "stop")
+    stop = body.get("stop")
+    stop = () if stop is None else (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s for s in stop):
+        raise RequestError("'stop' must be a non-empty string or a list of them", "stop")
     stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None and not (isinstance(options, dict) and stream

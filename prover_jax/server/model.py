@@ -114,17 +114,36 @@ def split_reply(text: str, final: bool = True) -> tuple[str, list[ParsedCall]]:
         position, after_call = end + len(CLOSE), call is not None
 
 
-def parse_tool_calls(text: str) -> tuple[str | None, tuple[ToolCall, ...]]:
+def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] = ()
+                     ) -> tuple[str | None, tuple[ToolCall, ...]]:
     """(content, tool calls) of a whole Qwen reply (`split_reply`): content None when it is
-    empty beside calls."""
+    empty beside calls; arguments typed by `tools`' schemas (`tool_call`)."""
     content, calls = split_reply(text)
-    return (content or None) if calls else content, tuple(map(_tool_call, calls))
+    return (content or None) if calls else content, tuple(tool_call(c, tools) for c in calls)
 
 
-def _tool_call(call: ParsedCall) -> ToolCall:
-    arguments = (call.arguments if isinstance(call.arguments, str)
-                 else json.dumps(call.arguments))
-    return ToolCall(f"call_{uuid.uuid4().hex[:24]}", call.name, arguments)
+def tool_call(call: ParsedCall, tools: Sequence[Mapping[str, Any]] = ()) -> ToolCall:
+    """The OpenAI tool call of a parsed one, its arguments as JSON text. Qwen3.5 writes every
+    argument as text (``<parameter=k>3</parameter>``): a text argument whose schema in the
+    request's `tools` is not a string is read as JSON (3, true, [1, 2]), else kept as text."""
+    if isinstance(call.arguments, str):
+        return ToolCall(f"call_{uuid.uuid4().hex[:24]}", call.name, call.arguments)
+    schema = next((t["function"].get("parameters") or {} for t in tools
+                   if t["function"]["name"] == call.name), {})
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    typed = {}
+    for key, value in call.arguments.items():
+        spec = properties.get(key) if isinstance(properties, Mapping) else None
+        kind = spec.get("type", "string") if isinstance(spec, Mapping) else "string"
+        typed[key] = _json_or_text(value) if isinstance(value, str) and kind != "string" else value
+    return ToolCall(f"call_{uuid.uuid4().hex[:24]}", call.name, json.dumps(typed))
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return value
 
 
 def _partial(text: str, word: str) -> int:
@@ -196,7 +215,8 @@ class _Choice:
         new = content[len(self.sent):] if content.startswith(self.sent) or final else ""
         self.sent += new
         listed = len(self.ids) - (1 if stopped and self.ids[-1] in backend.stop_set else 0)
-        delta = Delta(self.index, new, tuple(map(_tool_call, calls[self.calls:])),
+        delta = Delta(self.index, new, tuple(tool_call(c, request.tools)
+                                             for c in calls[self.calls:]),
                       tuple(self.logprobs[self.listed: listed]), None, len(ids))
         self.calls, self.listed = len(calls), max(self.listed, listed)
         if final:

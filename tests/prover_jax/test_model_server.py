@@ -96,6 +96,21 @@ def test_tool_calls_parse_and_malformed_output_stays_text():
     assert parse_tool_calls("plain") == ("plain", ())
 
 
+def test_text_arguments_are_typed_by_the_tools_schemas():
+    """Qwen3.5 writes every argument as text; the request's schema says what it is."""
+    tools = [{"type": "function", "function": {"name": "get_segment", "parameters": {
+        "type": "object", "properties": {"traj_id": {"type": "integer"}, "note": {"type": "string"},
+                                         "turns": {"type": "array"}}}}}]
+    text = ("<tool_call>\n<function=get_segment>\n<parameter=traj_id>\n3\n</parameter>\n"
+            "<parameter=note>\n7\n</parameter>\n<parameter=turns>\n[1, 2]\n</parameter>\n"
+            "<parameter=other>\n4\n</parameter>\n</function>\n</tool_call>")
+    _, (call,) = parse_tool_calls(text, tools)
+    assert json.loads(call.arguments) == {"traj_id": 3, "note": "7", "turns": [1, 2],
+                                          "other": "4"}
+    bad = text.replace("\n3\n", "\nthree\n")
+    assert json.loads(parse_tool_calls(bad, tools)[1][0].arguments)["traj_id"] == "three"
+
+
 def test_concurrent_requests_share_decodes_and_equal_solo_decodes(backend, client):
     texts = [f"go to drawer {i}" for i in range(8)]  # one prompt length: one solo program
     before = backend.batches

@@ -115,6 +115,7 @@ def test_a_slow_reply_times_out_the_client_and_the_server_goes_on():
     (b'{"model": "m", "messages": [{"role": "user"}], "temperature": "hot"}', "'temperature'"),
     (b'{"model": "m", "messages": [{"role": "user"}], "seed": 1.5}', "'seed'"),
     (b'{"model": "m", "messages": [{"role": "user"}], "stop": [1]}', "'stop'"),
+    (b'{"model": "m", "messages": [{"role": "user"}], "stop": ""}', "'stop'"),
 ])
 def test_malformed_requests_get_400_naming_the_field(body, field):
     backend = ScriptedBackend([])

@@ -17,11 +17,13 @@ import pytest
 
 import envs
 from prover_jax import runs
+from prover_jax.config import to_dict, without_secrets
 from prover_jax.credit.hosts import HostOptions
 from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, LossConfig, OptimizerConfig
 from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
+from prover_jax.settings import ChatConfig
 from prover_jax.train import (
     TrainConfig,
     check_run_config,
@@ -205,6 +207,16 @@ def test_a_run_directory_never_holds_an_api_key(tmp_path):
             critic_config={"api_key": secret, "model": "other"})))
     for settings in (AgenticConfig(api_key=secret), CriticConfig(api_key=secret)):
         assert secret not in repr(settings) and secret not in str(settings)
+
+
+def test_a_run_from_before_the_chat_setting_resumes(tmp_path):
+    resolved = TrainConfig(chat=ChatConfig())
+    written = without_secrets(to_dict(resolved))
+    del written["chat"]  # as a run directory written before the setting existed
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    check_run_config(tmp_path, resolved)
+    with pytest.raises(ValueError, match=r"chat\.reply: 'text' -> 'tool_call'"):
+        check_run_config(tmp_path, TrainConfig(chat=ChatConfig("tool_call")))
 
 
 @pytest.mark.parametrize(("argv", "message"), [
