@@ -13,6 +13,15 @@ from prover_jax.interrupt import Interrupted, deferred_signals
 
 
 def test_the_first_signal_is_recorded_and_the_second_acts():
+    # Python's own SIGINT handler before, whatever an earlier test in this process left there
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _first_recorded_then_second_acts()
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+
+
+def _first_recorded_then_second_acts():
     before = signal.getsignal(signal.SIGINT)
     with deferred_signals() as received:
         assert received() is None
