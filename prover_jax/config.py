@@ -74,11 +74,18 @@ def merge(base: dict, changes: Mapping) -> dict:
 
 
 def override(data: dict, assignment: str) -> dict:
-    """`data` with one `dotted.key=value` assignment applied (the value parsed as YAML)."""
+    """`data` with one `dotted.key=value` assignment applied (the value parsed as YAML).
+
+    Raises:
+      ValueError: an assignment without ``=`` or a key, or a value that is not YAML.
+    """
     key, sep, text = assignment.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"override {assignment!r}: expected dotted.key=value")
-    value: Any = yaml.safe_load(text) if text.strip() else ""
+    try:
+        value: Any = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as e:
+        raise ValueError(f"override {assignment!r}: the value is not YAML: {e}") from None
     for part in reversed(key.strip().split(".")):
         value = {part: value}
     return merge(data, value)

@@ -104,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                             seed=args.seed)
         chat = None
         if args.model is not None:
-            chat, warning = runs.chat_for(chat_with(args.set, runs.stored_chat(args.model)),
-                                          args.model)
+            stored = runs.stored_chat(args.model)
+            chat, warning = runs.chat_for(chat_with(args.set, stored), stored, args.model)
             if warning:
                 print(warning, file=sys.stderr)
         elif args.set:

@@ -62,16 +62,16 @@ def stored_chat(path: str | Path) -> ChatConfig | None:
     return None
 
 
-def chat_for(configured: ChatConfig | None, init: str | Path | None
-             ) -> tuple[ChatConfig, str | None]:
-    """The chat setting a run uses, and a warning when it is not the one its ``init`` model was
-    trained with: `configured` if set, else the init model's stored one, else the default."""
-    stored = stored_chat(init) if init is not None else None
+def chat_for(configured: ChatConfig | None, stored: ChatConfig | None,
+             model: str | Path | None) -> tuple[ChatConfig, str | None]:
+    """The chat setting a stage uses, and a warning when it is not `stored`, the one its
+    `model` was trained with (`stored_chat`): `configured` if set, else `stored`, else the
+    default."""
     if configured is None:
         return stored or ChatConfig(), None
     if stored is not None and stored != configured:
         return configured, (f"warning: chat {to_dict(configured)} is not the {to_dict(stored)} "
-                            f"{init} was trained with")
+                            f"{model} was trained with")
     return configured, None
 
 

@@ -252,7 +252,8 @@ def with_chat(config, tokenizer, system: str, log):
       ValueError: a template argument the template does not read, or a reply format it cannot
         write.
     """
-    chat, warning = runs.chat_for(config.chat, config.init)
+    stored = runs.stored_chat(config.init) if config.init is not None else None
+    chat, warning = runs.chat_for(config.chat, stored, config.init)
     if warning:
         log(warning)
     AgentFormat(tokenizer, system, chat.reply, chat.template)

@@ -14,6 +14,7 @@ tokenizer's offsets; a token straddling a boundary is an error, never a silent s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -86,8 +87,13 @@ def template_arguments(tokenizer) -> frozenset[str]:
     """The names the tokenizer's chat template reads beyond the conversation itself: the
     arguments a caller may pass it (e.g. {"enable_thinking"} for Qwen3's)."""
     template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str):
-        return frozenset()
+    return _arguments_of(template) if isinstance(template, str) else frozenset()
+
+
+@functools.lru_cache(maxsize=16)
+def _arguments_of(template: str) -> frozenset[str]:
+    """`template_arguments` of one template, parsed once (a parse takes tens of ms, and a
+    policy is made per update)."""
     parsed = jinja2.Environment().parse(template)
     assigned = {name.name for name in parsed.find_all(jinja2.nodes.Name) if name.ctx == "store"}
     return frozenset(jinja2.meta.find_undeclared_variables(parsed)) - TEMPLATE_INPUTS - assigned

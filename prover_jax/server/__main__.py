@@ -3,9 +3,10 @@
 batched and streamed (`prover_jax.server.model`). It binds loopback unless told otherwise.
 
 The chat template's default arguments are those the model was trained with (its stored chat
-setting, ``chat.json``); ``--chat-template-arg KEY=VALUE`` (repeatable) sets one over them, the
-value read as YAML (``enable_thinking=false``); a request's ``chat_template_kwargs`` go over
-them. An argument the model's template does not read stops the start-up."""
+setting, ``chat.json``); ``--set chat.KEY=VALUE`` (repeatable, as on the other commands,
+`prover_jax.settings.chat_with`) changes that setting, e.g. ``--set
+chat.template.enable_thinking=false``; a request's ``chat_template_kwargs`` go over its
+arguments. An argument the model's template does not read stops the start-up."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import sys
 from collections.abc import Sequence
 
 import uvicorn
-import yaml
 
 from prover_jax import compile_cache
 from prover_jax.server.app import create_app
 from prover_jax.server.model import ModelBackend
 from prover_jax.server.runner import GRACEFUL_SHUTDOWN_S, LOOPBACK
+from prover_jax.settings import chat_with
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -33,23 +34,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--queue-capacity", type=int, default=64,
                         help="requests waiting before a 503")
     parser.add_argument("--default-max-tokens", type=int, default=256)
-    parser.add_argument("--chat-template-arg", action="append", default=[],
-                        metavar="KEY=VALUE", help="a chat template argument (value as YAML), "
-                        "e.g. enable_thinking=false; repeatable")
+    parser.add_argument("--set", action="append", default=[], metavar="chat.KEY=VALUE",
+                        help="a chat setting, e.g. chat.template.enable_thinking=false "
+                        "(default: the model's stored one); repeatable")
     args = parser.parse_args(argv)
-    template_kwargs = {}
-    for argument in args.chat_template_arg:
-        key, equals, value = argument.partition("=")
-        if not (key and equals):
-            parser.error(f"--chat-template-arg {argument!r}: expected KEY=VALUE")
-        try:
-            template_kwargs[key] = yaml.safe_load(value)
-        except yaml.YAMLError as e:
-            parser.error(f"--chat-template-arg {argument!r}: the value is not YAML: {e}")
+    try:
+        chat = chat_with(args.set, None)  # ModelBackend puts its template over the stored one
+    except ValueError as e:
+        parser.error(str(e))
     compile_cache.enable()
     try:
         backend = ModelBackend(args.model, args.name, args.max_batch, args.queue_capacity,
-                               args.default_max_tokens, template_kwargs=template_kwargs)
+                               args.default_max_tokens,
+                               template_kwargs=chat.template if chat else None)
     except (OSError, ValueError) as e:
         parser.error(str(e))
     print(f"serving {args.model} as {backend.name!r} on http://{args.host}:{args.port}/v1",

@@ -323,9 +323,8 @@ class ModelBackend(Backend):
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         """The rendered prompt's token ids, generation prompt included."""
-        try:  # parsing the template costs tens of ms: only for requests that set arguments
-            if request.template_kwargs:
-                check_template_arguments(self.tokenizer, request.template_kwargs)
+        try:
+            check_template_arguments(self.tokenizer, request.template_kwargs)
         except ValueError as e:
             raise BackendError(400, str(e), param="chat_template_kwargs") from e
         messages = [{**m, "content": _text(m.get("content"))} for m in request.messages]

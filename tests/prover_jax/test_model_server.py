@@ -477,11 +477,15 @@ def test_chat_template_arguments_from_the_backend_and_the_request(backend, folde
         ModelBackend(folder, template_kwargs={"thinking": False})
 
 
-def test_the_command_line_checks_its_chat_template_arguments(folder, capsys):
+def test_the_command_line_checks_its_chat_setting(folder, capsys):
     from prover_jax.server.__main__ import main
 
-    for argument, message in (("enable_thinking=false", "'enable_thinking' is not one"),
-                              ("enable_thinking", "KEY=VALUE")):
+    for argument, message in (("chat.template.enable_thinking=false",
+                               "'enable_thinking' is not one"),
+                              ("chat.template.enable_thinking", "expected dotted.key=value"),
+                              ("chat.template.enable_thinking=[", "is not YAML"),
+                              ("chat.reply=prose", "chat.reply must be one of"),
+                              ("sampling.temperature=0", "only chat.* settings")):
         with pytest.raises(SystemExit):
-            main(["--model", str(folder), "--chat-template-arg", argument])
+            main(["--model", str(folder), "--set", argument])
         assert message in capsys.readouterr().err
