@@ -10,10 +10,9 @@ facts ALFWorld's problems state (receptacle and object types, locations, ``opena
 Receptacles and objects are numbered as in the household room (``cabinet 3`` is the same
 cabinet in both), so the two engines can be compared on one layout.
 
-A layout is kept only when ALFWorld's rules make its goal reachable (the goal object has the
-transformation's property, the target receptacle can contain it, the appliance is there);
-otherwise the next layout of the task's seed is tried. The tests check the result with the
-PDDL planner.
+household's generator follows ALFWorld's rules (the goal object has the transformation's
+property, the target receptacle can contain it, the appliance is there), so a seed's game is
+household's task of that seed; the tests check every goal with the PDDL planner.
 
 A user's ALFWorld data (``$ALFWORLD_DATA/json_2.1.1/{train,valid_seen,valid_unseen}/<task>/
 <trial>/game.tw-pddl`` with ``traj_data.json``) is read by `data_games`.
@@ -154,12 +153,13 @@ def traj_data(world: World) -> dict:
 
 
 def generated_world(seed: int, small: bool = False) -> World:
-    """The first household layout of ``seed``'s sequence whose goal ALFWorld can reach."""
-    rng = random.Random(seed)
-    while True:
-        world = household.generate(rng.getrandbits(64), small=small)
-        if reachable(world):
-            return world
+    """household's layout of ``seed``: the same room and goal as household's task of that
+    seed (household's generator follows ALFWorld's rules, so ALFWorld can reach its goal)."""
+    world = household.generate(seed, small=small)
+    if not reachable(world):
+        raise ValueError(f"alfworld: household's layout of seed {seed} has a goal ALFWorld's "
+                         "rules cannot reach")
+    return world
 
 
 def generated_game(seed: int, small: bool = False) -> tuple[World, dict]:

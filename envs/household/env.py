@@ -2,8 +2,10 @@
 
 Actions follow ALFWorld's grammar (``go to X``, ``open X``, ``close X``, ``take O from R``,
 ``put O in/on R``, ``heat/cool/clean O with R``, ``use L``, ``examine X``, ``inventory``,
-``look``) and observations its wording. An action that is malformed or impossible in the
-current state gets "Nothing happens." and ``valid=False``. The episode ends when the goal holds
+``look``, ``help``), its rules (a put only where the receptacle can hold the object, a
+transformation only of an object that has the property, a goal object that starts in the
+fridge already cool) and observations its wording. An action that is malformed or impossible
+in the current state gets "Nothing happens." and ``valid=False``. The episode ends when the goal holds
 (reward 1, as ALFWorld checks the goal after every action) or after 50 actions (reward 0).
 
 The episode state is a :class:`State` named tuple of ints and tuples: a snapshot is the tuple
@@ -23,6 +25,21 @@ from envs.household import world as world_lib
 from envs.household.world import APPLIANCE, World
 
 NOTHING = "Nothing happens."
+HELP = "\n".join([  # ALFWorld's list of commands, with household's `put` and no slicing
+    "Available commands:",
+    "  look:                             look around your current location",
+    "  inventory:                        check your current inventory",
+    "  go to (receptacle):               move to a receptacle",
+    "  open (receptacle):                open a receptacle",
+    "  close (receptacle):               close a receptacle",
+    "  take (object) from (receptacle):  take an object from a receptacle",
+    "  put (object) in/on (receptacle):  place an object in or on a receptacle",
+    "  examine (something):              examine a receptacle or an object",
+    "  use (object):                     use an object",
+    "  heat (object) with (receptacle):  heat an object using a receptacle",
+    "  clean (object) with (receptacle): clean an object using a receptacle",
+    "  cool (object) with (receptacle):  cool an object using a receptacle",
+    ""])
 MIDDLE = -1  # the agent's location before it goes anywhere
 HELD = -1  # an object's location while the agent carries it
 NOBODY = -1
@@ -59,8 +76,11 @@ def world_of(task: Task) -> World:
 
 
 def initial_state(task: Task, world: World) -> State:
-    """The state before the first action."""
-    return State(task, MIDDLE, NOBODY, world.start, 0, 0, 0, 0, 0, 0, 0,
+    """The state before the first action. As in ALFWorld's problems, goal objects that start
+    in a fridge are already cool."""
+    cold = sum(1 << o for o, (kind, r) in enumerate(zip(world.object_types, world.start))
+               if kind == world.goal_type and world.receptacle_types[r] == APPLIANCE["cool"])
+    return State(task, MIDDLE, NOBODY, world.start, 0, 0, 0, cold, 0, 0, 0,
                  (0,) * len(world.objects), 0, False)
 
 
@@ -71,6 +91,11 @@ def listing(names: list[str]) -> str:
     if len(names) == 1:
         return f"a {names[0]}"
     return ", ".join(f"a {n}" for n in names[:-1]) + f", and a {names[-1]}"
+
+
+def can_put(world: World, obj: int, receptacle: int) -> bool:
+    """Whether object `obj` may be put in or on `receptacle` (`world_lib.CAN_HOLD`)."""
+    return world.object_types[obj] in world_lib.CAN_HOLD[world.receptacle_types[receptacle]]
 
 
 def contents(world: World, state: State, receptacle: int) -> list[int]:
@@ -131,7 +156,7 @@ def parse(world: World, action: str) -> tuple[str, int, int] | None:
     text = " ".join(action.lower().split())
     verb, _, rest = text.partition(" ")
     index = world.index
-    if text in ("inventory", "look"):
+    if text in ("inventory", "look", "help"):
         return text, -1, -1
     if verb == "go" and rest.startswith("to "):
         kind, r = index.get(rest[3:], ("", -1))
@@ -211,7 +236,8 @@ def _take(world, state, o, r):
 
 
 def _put(world, state, o, r):
-    if state.held != o or r != state.location or not is_open(world, state, r):
+    if (state.held != o or r != state.location or not is_open(world, state, r)
+            or not can_put(world, o, r)):
         return None
     locations = list(state.object_location)
     locations[o] = r
@@ -222,7 +248,8 @@ def _put(world, state, o, r):
 def _transform(verb):
     def apply(world, state, o, r):
         if (state.held != o or r != state.location
-                or world.receptacle_types[r] != APPLIANCE[verb]):
+                or world.receptacle_types[r] != APPLIANCE[verb]
+                or not world_lib.can_transform(verb, world.object_types[o])):
             return None
         bit = 1 << o
         if verb == "heat":
@@ -268,11 +295,15 @@ def _look(world, state, *_):
     return state, f"You are facing the {here}. Next to it, you see nothing."
 
 
+def _help(world, state, *_):
+    return state, HELP
+
+
 _HANDLERS = {
     "go": _go, "open": _open, "close": _close, "take": _take, "put": _put,
     "heat": _transform("heat"), "cool": _transform("cool"), "clean": _transform("clean"),
     "use": _use, "examine_r": _examine_receptacle, "examine_o": _examine_object,
-    "inventory": _inventory, "look": _look,
+    "inventory": _inventory, "look": _look, "help": _help,
 }
 
 
@@ -294,14 +325,15 @@ def admissible(world: World, state: State) -> list[str]:
                 actions.append(f"take {names[o]} from {name}")
         if state.held != NOBODY:
             held = names[state.held]
-            if reachable:
+            if reachable and can_put(world, state.held, here):
                 actions.append(f"put {held} in/on {name}")
             for verb, appliance in APPLIANCE.items():
-                if world.receptacle_types[here] == appliance:
+                if (world.receptacle_types[here] == appliance
+                        and world_lib.can_transform(verb, world.object_types[state.held])):
                     actions.append(f"{verb} {held} with {name}")
     if state.held != NOBODY:
         actions.append(f"examine {names[state.held]}")
-    actions += ["inventory", "look"]
+    actions += ["inventory", "look", "help"]
     return actions
 
 

@@ -16,7 +16,7 @@ where each object type is kept can beat it.
 
 from __future__ import annotations
 
-from envs.household.env import HELD, MIDDLE, NOBODY, State, is_open
+from envs.household.env import HELD, NOBODY, State, can_put, is_open
 from envs.household.world import APPLIANCE, LAMP, World
 
 
@@ -77,9 +77,11 @@ def _fetch(world: World, state: State, o: int) -> str:
 
 
 def _put_down(world: World, state: State) -> str:
-    here = state.location
-    if here == MIDDLE:
-        here = world.openable.index(False)
+    """Towards putting the held object down: here if this receptacle can hold it, else at the
+    first one in the room's listing that can (a surface before a container)."""
+    places = [r for r in world.listing_order if can_put(world, state.held, r)]
+    here = (state.location if state.location in places
+            else min(places, key=lambda r: world.openable[r]))
     step = _go_open(world, state, here)
     return step or f"put {world.objects[state.held]} in/on {world.receptacles[here]}"
 

@@ -132,9 +132,70 @@ OBJECTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "winebottle": (("kitchen",), ("countertop", "fridge", "cabinet", "diningtable", "shelf"),
                    "c"),
 }
+_ANY = frozenset(OBJECTS)
+
+# Receptacle type -> the object types that may be put in or on it (ALFWorld's ``canContain``).
+CAN_HOLD: dict[str, frozenset[str]] = {
+    "armchair": frozenset({"book", "box", "cellphone", "cloth", "creditcard", "keychain",
+        "laptop", "newspaper", "pillow", "remotecontrol"}),
+    "bathtubbasin": frozenset({"cloth", "dishsponge", "handtowel", "soapbar"}),
+    "bed": frozenset({"book", "cellphone", "laptop", "newspaper", "pillow"}),
+    "cabinet": _ANY - {"alarmclock", "apple", "bread", "butterknife", "cellphone", "creditcard",
+        "egg", "fork", "keychain", "knife", "laptop", "lettuce", "pen", "pencil", "pillow",
+        "potato", "remotecontrol", "spatula", "spoon", "statue", "tomato", "towel", "watch"},
+    "coffeemachine": frozenset({"mug"}),
+    "coffeetable": _ANY - {"pillow", "towel"},
+    "countertop": _ANY - {"pillow", "towel"},
+    "desk": _ANY - {"apple", "bread", "butterknife", "dishsponge", "egg", "fork", "handtowel",
+        "kettle", "knife", "ladle", "lettuce", "pan", "peppershaker", "pillow", "pot", "potato",
+        "saltshaker", "soapbar", "spatula", "spoon", "tomato", "towel"},
+    "diningtable": _ANY - {"pillow", "towel"},
+    "drawer": _ANY - {"alarmclock", "apple", "bowl", "box", "bread", "cup", "egg", "kettle",
+        "laptop", "lettuce", "mug", "pan", "pillow", "plate", "pot", "potato", "statue",
+        "tomato", "towel", "vase", "winebottle"},
+    "dresser": _ANY - {"apple", "bread", "butterknife", "dishsponge", "egg", "fork",
+        "handtowel", "kettle", "knife", "ladle", "lettuce", "pan", "peppershaker", "pillow",
+        "pot", "potato", "saltshaker", "soapbar", "soapbottle", "spatula", "spoon", "tomato",
+        "towel"},
+    "fridge": frozenset({"apple", "bowl", "bread", "cup", "egg", "lettuce", "mug", "pan",
+        "plate", "pot", "potato", "tomato", "winebottle"}),
+    "garbagecan": frozenset({"apple", "bread", "cd", "cloth", "dishsponge", "egg", "handtowel",
+        "lettuce", "newspaper", "pen", "pencil", "potato", "soapbar", "soapbottle",
+        "spraybottle", "tissuebox", "toiletpaper", "tomato", "winebottle"}),
+    "handtowelholder": frozenset({"handtowel"}),
+    "laundryhamper": frozenset({"cloth"}),
+    "microwave": frozenset({"apple", "bowl", "bread", "cup", "egg", "mug", "plate", "potato",
+        "tomato"}),
+    "safe": frozenset({"cd", "cellphone", "creditcard", "keychain", "statue", "vase", "watch"}),
+    "shelf": _ANY - {"apple", "bread", "butterknife", "egg", "fork", "knife", "ladle", "laptop",
+        "lettuce", "pan", "pillow", "potato", "spatula", "spoon", "tomato", "towel"},
+    "sidetable": _ANY - {"pillow", "towel"},
+    "sinkbasin": frozenset({"apple", "bowl", "butterknife", "cloth", "cup", "dishsponge", "egg",
+        "fork", "handtowel", "kettle", "knife", "ladle", "lettuce", "mug", "pan", "plate",
+        "pot", "potato", "soapbar", "spatula", "spoon", "tomato"}),
+    "sofa": frozenset({"book", "box", "cellphone", "cloth", "creditcard", "keychain", "laptop",
+        "newspaper", "pillow", "remotecontrol"}),
+    "stoveburner": frozenset({"kettle", "pan", "pot"}),
+    "toaster": frozenset(),
+    "toilet": frozenset({"candle", "cloth", "dishsponge", "handtowel", "newspaper", "soapbar",
+        "soapbottle", "spraybottle", "tissuebox", "toiletpaper"}),
+    "toiletpaperhanger": frozenset({"toiletpaper"}),
+    "towelholder": frozenset({"towel"}),
+    "tvstand": frozenset({"tissuebox"}),
+}
+
+# Object type -> the receptacle types it may start in: those of `OBJECTS` that can hold it.
+STARTS: dict[str, tuple[str, ...]] = {
+    t: tuple(p for p in places if t in CAN_HOLD[p]) for t, (_, places, _) in OBJECTS.items()}
+
 _LAMP_PLACES = ("desk", "sidetable", "dresser")
 ROOMS = ("kitchen", "bathroom", "bedroom", "livingroom")
 _PROPERTY = {"heat": "h", "cool": "c", "clean": "w", "look": "l"}
+
+
+def can_transform(verb: str, object_type: str) -> bool:
+    """Whether ``heat``/``cool``/``clean`` (`verb`) applies to objects of `object_type`."""
+    return _PROPERTY[verb] in OBJECTS[object_type][2]
 
 # ALFWorld's phrasings of each task type ({o} object type, {r} receptacle type).
 TEMPLATES: dict[TaskType, tuple[str, ...]] = {
@@ -267,14 +328,14 @@ def _sample_objects(rng, room, receptacle_types, task_type, small=False
                     ) -> list[tuple[str, str]] | None:
     """(object type, receptacle type it starts in) for every object of the room."""
     present = set(receptacle_types)
-    candidates = [t for t, (rooms, places, _) in OBJECTS.items()
-                  if room in rooms and present.intersection(places)]
+    candidates = [t for t, (rooms, _, _) in OBJECTS.items()
+                  if room in rooms and present.intersection(STARTS[t])]
     kinds = rng.sample(candidates, min(len(candidates),
                                        rng.randint(3, 5) if small else rng.randint(8, 14)))
     copies, weights = ((1, 2), (2, 1)) if small else ((1, 2, 3), (5, 3, 1))
     objects = []
     for object_type in kinds:
-        places = [p for p in OBJECTS[object_type][1] if p in present]
+        places = [p for p in STARTS[object_type] if p in present]
         for _ in range(rng.choices(copies, weights)[0]):
             objects.append((object_type, rng.choice(places)))
     if room in ("bedroom", "livingroom"):
@@ -302,7 +363,7 @@ def _sample_goal(rng, task_type, room, receptacle_types, objects) -> tuple[str, 
         return goal_type, ""
     starts = {where for t, where in objects if t == goal_type}
     excluded = starts | {APPLIANCE.get(task_type, ""), "garbagecan" if rng.random() < 0.8 else ""}
-    targets = sorted(set(receptacle_types) - excluded)
+    targets = sorted(t for t in set(receptacle_types) - excluded if goal_type in CAN_HOLD[t])
     if not targets:
         return None
     return goal_type, rng.choice(targets)

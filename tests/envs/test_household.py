@@ -38,21 +38,21 @@ HEAT_EGG = [
     ("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a apple 1."),
     ("put egg 1 in/on countertop 1", "You put the egg 1 in/on the countertop 1."),
 ]
-# A hand-built bedroom for pick two: alarmclock 1 on the desk, alarmclock 2 on the dresser.
+# A hand-built bedroom for pick two: watch 1 on the desk, watch 2 on the dresser.
 BEDROOM = World(
     room="bedroom",
     receptacles=("desk 1", "dresser 1", "safe 1", "bed 1"),
     receptacle_types=("desk", "dresser", "safe", "bed"),
     openable=(False, False, True, False),
-    objects=("alarmclock 1", "book 1", "alarmclock 2"),
-    object_types=("alarmclock", "book", "alarmclock"),
+    objects=("watch 1", "book 1", "watch 2"),
+    object_types=("watch", "book", "watch"),
     start=(0, 3, 1),
-    task_type="pick2", goal_type="alarmclock", target_type="safe",
-    goal_text="find two alarmclock and put them in safe.",
+    task_type="pick2", goal_type="watch", target_type="safe",
+    goal_text="find two watch and put them in safe.",
 )
-PICK_TWO = ["go to desk 1", "take alarmclock 1 from desk 1", "go to safe 1", "open safe 1",
-            "put alarmclock 1 in/on safe 1", "go to dresser 1", "take alarmclock 2 from dresser 1",
-            "go to safe 1", "put alarmclock 2 in/on safe 1"]
+PICK_TWO = ["go to desk 1", "take watch 1 from desk 1", "go to safe 1", "open safe 1",
+            "put watch 1 in/on safe 1", "go to dresser 1", "take watch 2 from dresser 1",
+            "go to safe 1", "put watch 2 in/on safe 1"]
 
 
 def _run(world, actions):
@@ -129,6 +129,67 @@ def test_admissible_actions_are_exactly_the_valid_ones():
                     assert not hh.transition(world, state, action)[2], action
             if env.step(rng.choice(admissible)).done:
                 break
+
+
+def test_help_lists_the_commands():
+    state = hh.initial_state(TASK, KITCHEN)
+    assert "help" in hh.admissible(KITCHEN, state)
+    new, text, valid = hh.transition(KITCHEN, state, "help")
+    assert (new, valid) == (state, True)
+    assert text.startswith("Available commands:") and "put (object) in/on (receptacle)" in text
+
+
+def test_a_put_needs_a_receptacle_that_can_hold_the_object():
+    # an egg may go on the countertop but not into the cabinet (ALFWorld's canContain)
+    state = _run(KITCHEN, [a for a, _ in HEAT_EGG[:3]])[0][-1]
+    for place, allowed in (("cabinet 1", False), ("countertop 1", True)):
+        at = hh.transition(KITCHEN, state, f"go to {place}")[0]
+        if KITCHEN.openable[KITCHEN.index[place][1]]:
+            at = hh.transition(KITCHEN, at, f"open {place}")[0]
+        put = f"put egg 1 in/on {place}"
+        assert (put in hh.admissible(KITCHEN, at)) == allowed
+        assert hh.transition(KITCHEN, at, put)[2] == allowed
+
+
+def test_only_objects_with_the_property_are_transformed():
+    # a fork can be cleaned but not heated or cooled (ALFWorld's cleanable / heatable / coolable)
+    world = World(room="kitchen", receptacles=("countertop 1", "microwave 1", "sinkbasin 1"),
+                  receptacle_types=("countertop", "microwave", "sinkbasin"),
+                  openable=(False, True, False), objects=("fork 1",), object_types=("fork",),
+                  start=(0,), task_type="clean", goal_type="fork", target_type="countertop",
+                  goal_text="put a clean fork in countertop.")
+    state = _run(world, ["go to countertop 1", "take fork 1 from countertop 1"])[0][-1]
+    at_microwave = hh.transition(world, state, "go to microwave 1")[0]
+    assert not any(a.startswith("heat") for a in hh.admissible(world, at_microwave))
+    assert not hh.transition(world, at_microwave, "heat fork 1 with microwave 1")[2]
+    at_sink = hh.transition(world, state, "go to sinkbasin 1")[0]
+    assert "clean fork 1 with sinkbasin 1" in hh.admissible(world, at_sink)
+    assert hh.transition(world, at_sink, "clean fork 1 with sinkbasin 1")[2]
+
+
+def test_a_goal_object_that_starts_in_the_fridge_is_already_cool():
+    world = World(room="kitchen", receptacles=("countertop 1", "fridge 1"),
+                  receptacle_types=("countertop", "fridge"), openable=(False, True),
+                  objects=("egg 1", "apple 1", "egg 2"), object_types=("egg", "apple", "egg"),
+                  start=(1, 1, 0), task_type="cool", goal_type="egg",
+                  target_type="countertop", goal_text="put a cool egg in countertop.")
+    state = hh.initial_state(TASK, world)
+    assert state.cold == 0b001  # egg 1; not the apple (not the goal's type) nor egg 2
+    states = _run(world, ["go to fridge 1", "open fridge 1", "take egg 1 from fridge 1",
+                          "go to countertop 1", "put egg 1 in/on countertop 1"])[0]
+    assert hh.goal_reached(world, states[-1]) and not hh.goal_reached(world, states[-2])
+
+
+def test_every_object_starts_and_every_goal_ends_where_it_can_be_put():
+    from envs.household.world import CAN_HOLD, generate
+
+    for seed in range(400):
+        for small in (False, True):
+            world = generate(seed, small)
+            assert all(kind == "desklamp" or kind in CAN_HOLD[world.receptacle_types[r]]
+                       for kind, r in zip(world.object_types, world.start)), (seed, small)
+            if world.task_type != "look":
+                assert world.goal_type in CAN_HOLD[world.target_type], (seed, small)
 
 
 def test_generator_sizes_variety_and_disjoint_splits():
@@ -257,26 +318,26 @@ def test_pick_two_and_look_atoms():
 def test_pick_two_atoms_read_each_object_apart():
     verifier = HouseholdVerifier(BEDROOM)
     assert [a.id for a in verifier.atoms] == [
-        "found:alarmclock", "acquired:alarmclock", "found:safe", "placed:alarmclock:safe",
-        "acquired_2:alarmclock", "placed_2:alarmclock:safe"]
+        "found:watch", "acquired:watch", "found:safe", "placed:watch:safe",
+        "acquired_2:watch", "placed_2:watch:safe"]
     assert [a.parents for a in verifier.atoms] == [(), (0,), (), (1, 2), (1,), (3, 4)]
-    assert verifier.atoms[1].state_vars == ("taken:alarmclock 1", "taken:alarmclock 2")
-    assert verifier.atoms[3].state_vars == ("placed:alarmclock 1", "placed:alarmclock 2")
+    assert verifier.atoms[1].state_vars == ("taken:watch 1", "taken:watch 2")
+    assert verifier.atoms[3].state_vars == ("placed:watch 1", "placed:watch 2")
     states, _ = _run(BEDROOM, PICK_TWO)
     assert [verifier.statuses(s) for s in states] == [
         (UNSAT, UNSAT, UNSAT, UNSAT, UNK, UNSAT),  # start
-        (SAT, UNSAT, UNSAT, UNSAT, UNK, UNSAT),  # alarmclock 1 seen; acquired_2 waits
+        (SAT, UNSAT, UNSAT, UNSAT, UNK, UNSAT),  # watch 1 seen; acquired_2 waits
         (SAT, SAT, UNSAT, UNSAT, UNK, UNSAT),
         (SAT, SAT, UNSAT, UNSAT, UNK, UNSAT),  # at the closed safe
         (SAT, SAT, SAT, UNSAT, UNK, UNSAT),  # the safe opened: found
-        (SAT, SAT, SAT, SAT, UNK, UNSAT),  # alarmclock 1 in the safe
-        (SAT, SAT, SAT, SAT, UNSAT, UNSAT),  # alarmclock 2 seen
+        (SAT, SAT, SAT, SAT, UNK, UNSAT),  # watch 1 in the safe
+        (SAT, SAT, SAT, SAT, UNSAT, UNSAT),  # watch 2 seen
         (SAT, SAT, SAT, SAT, SAT, UNSAT),
         (SAT, SAT, SAT, SAT, SAT, UNSAT),
         (SAT, SAT, SAT, SAT, SAT, SAT),
     ]
     evidence = verifier.evidence(states[-1])
-    assert [evidence[f"{kind}:alarmclock {k}"] for kind in ("taken", "placed") for k in (1, 2)] \
+    assert [evidence[f"{kind}:watch {k}"] for kind in ("taken", "placed") for k in (1, 2)] \
         == [1, 1, 1, 1]
     assert verifier.aggregate(verifier.statuses(states[-1])) == verifier.score(states[-1]) == 1.0
     for m in verifier.mutations(states[-1]):
@@ -326,9 +387,9 @@ def test_atoms_per_task_are_the_papers_families():
       "found:countertop": [6], "placed:egg:countertop": [5, 7]}),
     # the closed safe is found when it is opened, not when the agent arrives at it
     (BEDROOM, PICK_TWO,
-     {"found:alarmclock": [0], "acquired:alarmclock": [1, 6], "found:safe": [3],
-      "placed:alarmclock:safe": [4, 8], "acquired_2:alarmclock": [1, 5, 6],
-      "placed_2:alarmclock:safe": [4, 8]}),
+     {"found:watch": [0], "acquired:watch": [1, 6], "found:safe": [3],
+      "placed:watch:safe": [4, 8], "acquired_2:watch": [1, 5, 6],
+      "placed_2:watch:safe": [4, 8]}),
     # the lamp is found on arrival at the desk, which also makes ``lit`` evaluable
     (STUDY, LOOK,
      {"found:cd": [1], "acquired:cd": [2], "found:desklamp": [3], "lit:desklamp": [3, 4],
@@ -346,8 +407,8 @@ def test_each_atom_is_witnessed_by_the_action_that_achieved_it(world, actions, w
 
 
 def test_takes_count_every_pick_up():
-    # alarmclock 1 is taken, put back on the desk and taken again
-    actions = PICK_TWO[:2] + ["put alarmclock 1 in/on desk 1", "take alarmclock 1 from desk 1"]
+    # watch 1 is taken, put back on the desk and taken again
+    actions = PICK_TWO[:2] + ["put watch 1 in/on desk 1", "take watch 1 from desk 1"]
     states, _ = _run(BEDROOM, actions)
     assert [s.takes for s in states] == [(0, 0, 0), (0, 0, 0), (1, 0, 0), (1, 0, 0), (2, 0, 0)]
     assert [s.taken for s in states] == [0, 0, 1, 1, 1]

@@ -36,7 +36,7 @@ WRONG_PLACE = SUCCESS[:5] + ["go to diningtable 1", "put egg 1 in/on diningtable
 SUCCESS_2 = ["go to cabinet 1", "open cabinet 1", "take egg 2 from cabinet 1",
              "go to microwave 1", "heat egg 2 with microwave 1", "go to countertop 1",
              "put egg 2 in/on countertop 1"]
-WRONG_PLACE_2 = SUCCESS_2[:5] + ["go to cabinet 1", "put egg 2 in/on cabinet 1"]
+WRONG_PLACE_2 = SUCCESS_2[:5] + ["go to diningtable 1", "put egg 2 in/on diningtable 1"]
 
 
 def _rollout(actions, reward, world=KITCHEN):
@@ -144,28 +144,29 @@ def test_the_take_that_survives_is_credited_not_the_undone_one():
     assert vict[0, first] == vict[0, put_down] == 0
 
 
-# Pick two in the bedroom: each success places both alarmclocks, each failure places one and
+# Pick two in the bedroom: each success places both watchs, each failure places one and
 # leaves the other on the bed.
-PICK_TWO_REVERSED = ["go to dresser 1", "take alarmclock 2 from dresser 1", "go to safe 1",
-                     "open safe 1", "put alarmclock 2 in/on safe 1", "go to desk 1",
-                     "take alarmclock 1 from desk 1", "go to safe 1",
-                     "put alarmclock 1 in/on safe 1"]
-ONE_ON_THE_BED = PICK_TWO[:7] + ["go to bed 1", "put alarmclock 2 in/on bed 1"]
-ONE_ON_THE_BED_REVERSED = PICK_TWO_REVERSED[:7] + ["go to bed 1", "put alarmclock 1 in/on bed 1"]
+PICK_TWO_REVERSED = ["go to dresser 1", "take watch 2 from dresser 1", "go to safe 1",
+                     "open safe 1", "put watch 2 in/on safe 1", "go to desk 1",
+                     "take watch 1 from desk 1", "go to safe 1",
+                     "put watch 1 in/on safe 1"]
+ONE_MISPLACED = PICK_TWO[:7] + ["go to desk 1", "put watch 2 in/on desk 1"]
+ONE_MISPLACED_REVERSED = PICK_TWO_REVERSED[:7] + ["go to dresser 1",
+                                                  "put watch 1 in/on dresser 1"]
 
 
 def test_pick_two_credits_both_objects_take_and_put():
-    rollouts = [_rollout(PICK_TWO, 1.0, BEDROOM), _rollout(ONE_ON_THE_BED, 0.0, BEDROOM),
+    rollouts = [_rollout(PICK_TWO, 1.0, BEDROOM), _rollout(ONE_MISPLACED, 0.0, BEDROOM),
                 _rollout(PICK_TWO_REVERSED, 1.0, BEDROOM),
-                _rollout(ONE_ON_THE_BED_REVERSED, 0.0, BEDROOM)]
+                _rollout(ONE_MISPLACED_REVERSED, 0.0, BEDROOM)]
     base = np.asarray(grpo(jnp.asarray([r.reward for r in rollouts]), jnp.zeros(4, jnp.int32)))
     group = credit_group(HouseholdVerifier(BEDROOM), rollouts, base)
     vict = np.asarray(_kernel([rollouts], [group])[0].corrections)
-    takes, puts = [1, 6], [4, 8]  # of the first and the second alarmclock
+    takes, puts = [1, 6], [4, 8]  # of the first and the second watch
     for success in (0, 2):
         assert np.all(vict[success, takes] > 0) and np.all(vict[success, puts] > 0)
         assert vict[success, 0] > 0 and vict[success, 5] > 0  # found, and the second seen
-    for failure in (1, 3):  # both takes support the placement; the put on the bed is blamed
+    for failure in (1, 3):  # both takes support the placement; the misplacing put is blamed
         assert np.all(vict[failure, takes] > 0) and vict[failure, 8] < 0
 
 
