@@ -1,5 +1,10 @@
 """GRPO vs ProVer vs VICT from one SFT start on household-small: ``python experiments/compare.py``.
 
+Two pre-registered studies, picked with ``--study`` (`STUDIES`): the first (``first``, the
+default) and a powered one (``powered``), made over several sittings.
+
+The first study:
+
 1. SFT: the tiny Qwen3 warm-started on expert demonstrations
    (``configs/sft/household-small.yaml``), once; its final greedy held-out success is every
    arm's starting point.
@@ -21,6 +26,20 @@ leaves a record in ``experiments/results/runs/<arm>-seed<seed>/`` (its config an
 committed), and the SFT run its model as a Hugging Face folder (``sft/model/``) that the arms
 start from. A recorded run is never redone, so a comparison spread over several machines or
 sessions goes on where it stopped, and the summary is made from the records alone.
+
+The powered study (``configs/household-small-powered.yaml``; docs/results.md, "A comparison
+with the power to answer") starts from a stronger SFT model, the committed one trained further
+(``configs/sft/household-small-continued.yaml``, recorded in
+``experiments/results/runs/sft-continued/``), and runs GRPO, ProVer, VICT, GiGPO and
+budget-matched GRPO for seeds 0-4: 60 updates of 2 tasks x 8 episodes, held-out greedy success
+on 100 tasks every 20. Its runs live in ``experiments/runs/powered/``, and its records
+(``experiments/results/powered/<arm>-seed<seed>/``) also hold ``final_eval.json``: the final
+model's greedy and sampled (4 per task) success on those tasks. Its summary
+(``experiments/results/powered.json``, ``docs/results-powered.png``) holds each run's AUC (the
+mean over updates 0, 20, 40 and 60), final and per-task-type success, each arm's paired
+per-seed differences to GRPO with a bootstrap interval over seeds, the share of groups holding
+both a success and a failure, VICT's abstentions by reason and ProVer's acceptance.
+
 ``--smoke`` runs 1-2 steps of everything in a temporary folder and writes no results (CI runs
 it so the script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs
 nothing and summarizes the recorded runs (each arm lists its seeds).
@@ -29,14 +48,17 @@ nothing and summarizes the recorded runs (each arm lists its seeds).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+import envs
+from envs.pool import EnvPool
 from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
 from prover_jax.plot import read_metrics
@@ -44,11 +66,10 @@ from prover_jax.sft import SftConfig
 from prover_jax.sft_trainer import sft
 from prover_jax.spo_rollouts import budget_schedule_of_run
 from prover_jax.train import TrainConfig
-from prover_jax.trainer import initial_model, train
+from prover_jax.trainer import held_out, initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "configs" / "household-small.yaml"
-RECORDS = ROOT / "experiments" / "results" / "runs"
+RESULTS = ROOT / "experiments" / "results"
 ARMS: dict[str, list[str]] = {
     "grpo": ["credit=grpo"],
     "prover": ["credit=prover", "host.judge=contrastive"],
@@ -59,12 +80,16 @@ ARMS: dict[str, list[str]] = {
     "grpo-budget-matched": ["credit=budget-matched-grpo"],
 }
 BUDGET_OF = {"grpo-budget-matched": "prover"}  # arm -> the arm whose cost it matches
-SEEDS = (0, 1, 2)
 SUCCESS = "eval/greedy/success"
-SMOKE_SFT = ["steps=2", "learner.optimizer.warmup_steps=1", "demonstrations=4", "heldout=2",
-             "batch_size=2", "eval_every=0", "evaluation.tasks=2", "tiny.vocab_size=256",
-             "tiny.hidden_size=32", "tiny.layers=1", "tiny.intermediate_size=64", "tiny.head_dim=8",
-             "tiny.tokenizer_episodes=5"]
+SAMPLED_SUCCESS = "eval/sampled/success"
+RECORD = ("config.json", "metrics.jsonl")  # a run's record
+FINAL_EVAL = "final_eval.json"  # in a powered run's record: `final_evaluation`
+EVAL_SLOTS = 64  # a final evaluation's episodes in flight, as `prover_jax.evaluate` holds at most
+# A smoke SFT starts from a tiny model of its own, never from a recorded one.
+SMOKE_SFT = ["init=null", "steps=2", "learner.optimizer.warmup_steps=1", "demonstrations=4",
+             "heldout=2", "batch_size=2", "eval_every=0", "evaluation.tasks=2",
+             "tiny.vocab_size=256", "tiny.hidden_size=32", "tiny.layers=1",
+             "tiny.intermediate_size=64", "tiny.head_dim=8", "tiny.tokenizer_episodes=5"]
 SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=1",
             "evaluation.tasks=2", "evaluation.samples=0", "sampling.max_new_tokens=4",
             "host.continuations=1"]
@@ -79,43 +104,99 @@ def quiet(line: str) -> None:
     del line
 
 
-def sft_start(base: Path, records: Path, overrides: Sequence[str]) -> Path:
-    """The SFT model every arm starts from: the recorded one, else the SFT run in
-    ``base/sft`` (resumed or read if it is there), recorded with its model exported."""
-    model = records / "sft" / "model"
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A pre-registered comparison: what it runs, and where its records and results go.
+
+    Attributes:
+      config: the arms' RL config.
+      sft_config: the SFT config of the arms' start.
+      start: the start's record, its model in ``model/`` (run in the runs folder under the
+        record's name if it is not there); with the records kept elsewhere (``--smoke``,
+        ``--records``), its namesake there.
+      runs: the folder of the arms' run directories within the runs folder ("": the runs
+        folder itself).
+      records: the folder of the arms' records (``<arm>-seed<seed>/``).
+      arms, seeds: what it runs unless told otherwise.
+      final_samples: sampled episodes per held-out task in a run's `final_evaluation`, recorded
+        in `FINAL_EVAL` (0: none).
+      summarize, table: the summary of the records (its JSON) and its markdown table.
+      summary, plot: where the summary and its plot are written.
+    """
+
+    config: Path
+    sft_config: Path
+    start: Path
+    runs: str
+    records: Path
+    arms: tuple[str, ...]
+    seeds: tuple[int, ...]
+    final_samples: int
+    summarize: Callable[[dict[str, dict[int, Path]], float], dict]
+    table: Callable[[dict, float], str]
+    summary: Path
+    plot: Path
+
+    @property
+    def record_files(self) -> tuple[str, ...]:
+        """The files of a finished run's record."""
+        return RECORD + ((FINAL_EVAL,) if self.final_samples else ())
+
+
+def sft_start(sft_config: Path, run: Path, destination: Path, overrides: Sequence[str]) -> Path:
+    """The SFT model the arms start from: the one recorded in `destination`, else the SFT run
+    of `sft_config` in `run` (resumed or read if it is there), recorded there with its model
+    exported."""
+    model = destination / "model"
     if not (model / "config.json").exists():
-        run = base / "sft"
-        config = load_config(SftConfig, ROOT / "configs" / "sft" / "household-small.yaml",
-                             [*overrides, f"run_dir={run}"])
+        config = load_config(SftConfig, sft_config, [*overrides, f"run_dir={run}"])
         sft(config, *initial_model(config), log=quiet)
         run_directories.export(run, model)
-        record(run, records / "sft")
+        record(run, destination)
     return model
 
 
-def run_arm(base: Path, records: Path, start: Path, arm: str, seed: int,
+def run_arm(study: Study, base: Path, records: Path, start: Path, arm: str, seed: int,
             overrides: Sequence[str]) -> Path:
-    """The record of one arm and seed, run (or resumed) in ``base/<arm>-seed<seed>`` from the
-    SFT model `start` unless it is recorded. A budget-matched arm needs the record of its
-    reference's run of the seed."""
+    """The record of one arm and seed of `study`, run (or resumed) in
+    ``base/<study.runs>/<arm>-seed<seed>`` from the SFT model `start`, then evaluated a last
+    time if the study asks for it, unless it is recorded. A budget-matched arm needs the record
+    of its reference's run of the seed."""
     name = run_name(arm, seed)
-    if finished(records / name):
+    if finished(records / name, study.record_files):
         return records / name
-    directory = base / name
+    directory = base / study.runs / name
     changes = [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}", f"run_dir={directory}"]
     if arm in BUDGET_OF:
         schedule = budget_schedule_of_run(records / run_name(BUDGET_OF[arm], seed),
-                                          load_config(TrainConfig, CONFIG).group_size)
+                                          load_config(TrainConfig, study.config).group_size)
         changes.append(f"credit_config.schedule={json.dumps(schedule)}")
-    config = load_config(TrainConfig, CONFIG, changes)
+    config = load_config(TrainConfig, study.config, changes)
     train(config, *initial_model(config), log=quiet)
-    return record(directory, records / name)
+    if study.final_samples and not (directory / FINAL_EVAL).exists():
+        (directory / FINAL_EVAL).write_text(json.dumps(
+            final_evaluation(config, study.final_samples), indent=2) + "\n")
+    return record(directory, records / name, study.record_files)
 
 
-def record(run_dir: Path, destination: Path) -> Path:
-    """Copies a run's config and metrics (its record) to `destination`; returns it."""
+def final_evaluation(config: TrainConfig, samples: int) -> dict[str, float]:
+    """``eval/<mode>/<metric>`` of the final model of the run ``config.run_dir`` on its
+    held-out tasks (`held_out`), greedy and with `samples` sampled episodes per task. The
+    evaluation's seed is the config's, the same in every run, so the sampled episodes of two
+    runs draw from the same random streams."""
+    cfg, params, tokenizer = run_directories.load(config.run_dir)
+    config = dataclasses.replace(
+        config, chat=run_directories.stored_chat(config.run_dir),
+        evaluation=dataclasses.replace(config.evaluation, samples=samples))
+    with EnvPool(config.env, EVAL_SLOTS, config.workers) as pool:
+        return held_out(config, pool, params, cfg, tokenizer, envs.make(config.env))
+
+
+def record(run_dir: Path, destination: Path, files: Sequence[str] = RECORD) -> Path:
+    """Copies a run's record, `files` (its config and metrics), to `destination`; returns
+    it."""
     destination.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "metrics.jsonl"):
+    for name in files:
         shutil.copyfile(run_dir / name, destination / name)
     return destination
 
@@ -124,9 +205,10 @@ def run_name(arm: str, seed: int) -> str:
     return f"{arm}-seed{seed}"
 
 
-def finished(run_dir: Path) -> bool:
-    """True if `run_dir` holds a run that has made all the updates its config asks for."""
-    if not (run_dir / "metrics.jsonl").exists():
+def finished(run_dir: Path, files: Sequence[str] = RECORD) -> bool:
+    """True if `run_dir` holds `files` of a run that has made all the updates its config asks
+    for."""
+    if not all((run_dir / name).exists() for name in files):
         return False
     steps = json.loads((run_dir / "config.json").read_text())["steps"]
     rows = read_metrics(run_dir)
@@ -193,6 +275,111 @@ def table(summary: dict, start_success: float) -> str:
     return "\n".join(lines)
 
 
+def run_start(run_dir: Path, start_success: float) -> float:
+    """A run's held-out greedy success at update 0: its own evaluation before training
+    (`eval_at_start`) if it made one, else `start_success` (its SFT start's)."""
+    before = [row[SUCCESS] for row in read_metrics(run_dir) if row["step"] < 0 and SUCCESS in row]
+    return before[0] if before else start_success
+
+
+def auc(run_dir: Path, start_success: float) -> float:
+    """A run's held-out greedy success averaged over its evaluations, update 0 (`run_start`)
+    included."""
+    return float(np.mean(curve(run_dir, run_start(run_dir, start_success))[1]))
+
+
+def bootstrap_interval(values: np.ndarray, resamples: int = 10_000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of `values` [n]: the central `level` of
+    the means of `resamples` draws of n of them with replacement (a numpy Generator seeded
+    `seed`)."""
+    draws = np.random.default_rng(seed).choice(values, size=(resamples, len(values)))
+    tail = 50 * (1 - level)
+    low, high = np.percentile(draws.mean(axis=1), [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def paired_difference(values: Mapping[int, float], reference: Mapping[int, float]) -> dict:
+    """`values` minus `reference` per seed over the seeds both have (at least one), their mean
+    and its 95% `bootstrap_interval` over seeds."""
+    seeds = sorted(set(values) & set(reference))
+    differences = np.array([values[s] - reference[s] for s in seeds])
+    return {"seeds": seeds, "differences": differences.tolist(),
+            "mean": float(np.mean(differences)),
+            "interval": list(bootstrap_interval(differences))}
+
+
+def run_figures(run_dir: Path, start_success: float) -> dict[str, float]:
+    """A powered run's figures: its `auc`; its final greedy and sampled success, and greedy
+    success per task type (`FINAL_EVAL`); and averaged over its updates, the share of groups
+    holding both a success and a failure and VICT's abstentions by reason."""
+    rows = read_metrics(run_dir, before_training=False)
+    final = json.loads((run_dir / FINAL_EVAL).read_text())
+    per_update = [key for key in rows[0] if key == "success/mixed_groups"
+                  or key.startswith("credit/vict/abstain/")]
+    return {"auc": auc(run_dir, start_success),
+            **{k: v for k, v in final.items() if k.startswith(SUCCESS) or k == SAMPLED_SUCCESS},
+            **{key: float(np.mean([r[key] for r in rows])) for key in per_update}}
+
+
+def versus(figures: Mapping[int, dict], reference: Mapping[int, dict]) -> dict[str, dict]:
+    """The `paired_difference` of each seed's AUC and final successes (`run_figures`) to
+    `reference`'s, for each figure some seed of both has."""
+    out = {}
+    for key in dict.fromkeys(k for f in figures.values() for k in f):
+        if key == "auc" or key.startswith("eval/"):
+            ours = {seed: f[key] for seed, f in figures.items() if key in f}
+            theirs = {seed: f[key] for seed, f in reference.items() if key in f}
+            if set(ours) & set(theirs):
+                out[key] = paired_difference(ours, theirs)
+    return out
+
+
+def summarize_powered(runs: dict[str, dict[int, Path]], start_success: float) -> dict:
+    """Per arm: each seed's `run_figures` and their means over seeds, the paired differences
+    to GRPO (`versus`), the curves (update 0: `run_start`) and ProVer's pooled diagnostics."""
+    figures = {arm: {seed: run_figures(path, start_success) for seed, path in by_seed.items()}
+               for arm, by_seed in runs.items()}
+    out = {}
+    for arm, by_seed in runs.items():
+        ours = figures[arm]
+        shared = [k for k in dict.fromkeys(k for f in ours.values() for k in f)
+                  if all(k in f for f in ours.values())]
+        curves = {seed: curve(path, run_start(path, start_success))
+                  for seed, path in by_seed.items()}
+        out[arm] = {
+            "seeds": sorted(by_seed),
+            "runs": {str(seed): f for seed, f in ours.items()},
+            "means": {k: float(np.mean([f[k] for f in ours.values()])) for k in shared},
+            "versus_grpo": versus(ours, figures.get("grpo", {})) if arm != "grpo" else {},
+            "curves": {str(seed): {"updates": c[0], "success": c[1]}
+                       for seed, c in curves.items()},
+            **pooled([row for path in by_seed.values()
+                      for row in read_metrics(path, before_training=False)]),
+        }
+    return out
+
+
+def powered_table(summary: dict, start_success: float) -> str:
+    """The markdown table of `summarize_powered`: means over seeds, and the AUC's paired
+    difference to GRPO with its 95% interval."""
+    header = ("| arm | seeds | AUC | AUC - GRPO (95% CI) | final greedy | final sampled "
+              "| mixed groups |")
+    lines = [f"SFT start: held-out greedy success {start_success:.3f}.", "", header,
+             "|---|---|---|---|---|---|---|"]
+    for arm, s in summary.items():
+        def cell(key, means=s["means"]):
+            return f"{means[key]:.3f}" if key in means else "-"
+
+        paired = s["versus_grpo"].get("auc")
+        difference = (f"{paired['mean']:+.3f} [{paired['interval'][0]:+.3f}, "
+                      f"{paired['interval'][1]:+.3f}]" if paired else "-")
+        lines.append(f"| {arm} | {len(s['seeds'])} | {cell('auc')} | {difference} "
+                     f"| {cell(SUCCESS)} | {cell(SAMPLED_SUCCESS)} "
+                     f"| {cell('success/mixed_groups')} |")
+    return "\n".join(lines)
+
+
 def plot(summary: dict, path: Path) -> None:
     """Success against updates, mean over seeds with each seed faint."""
     import matplotlib
@@ -216,45 +403,67 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(figure)
 
 
+STUDIES = {
+    "first": Study(
+        config=ROOT / "configs" / "household-small.yaml",
+        sft_config=ROOT / "configs" / "sft" / "household-small.yaml",
+        start=RESULTS / "runs" / "sft", runs="", records=RESULTS / "runs",
+        arms=tuple(ARMS), seeds=(0, 1, 2), final_samples=0, summarize=summarize, table=table,
+        summary=RESULTS / "compare.json", plot=ROOT / "docs" / "results-compare.png"),
+    "powered": Study(
+        config=ROOT / "configs" / "household-small-powered.yaml",
+        sft_config=ROOT / "configs" / "sft" / "household-small-continued.yaml",
+        start=RESULTS / "runs" / "sft-continued", runs="powered", records=RESULTS / "powered",
+        arms=("grpo", "prover", "vict", "gigpo", "grpo-budget-matched"), seeds=(0, 1, 2, 3, 4),
+        final_samples=4, summarize=summarize_powered, table=powered_table,
+        summary=RESULTS / "powered.json", plot=ROOT / "docs" / "results-powered.png"),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", choices=list(STUDIES), default="first")
     parser.add_argument("--smoke", action="store_true", help="1-2 steps, nothing kept")
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="default: the study's")
+    parser.add_argument("--seeds", nargs="+", type=int, help="default: the study's")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: summarize the runs that have finished")
     parser.add_argument("--runs", type=Path, help="where the runs live (default: "
                         "experiments/runs, with --smoke a temporary folder)")
     parser.add_argument("--records", type=Path, help="where the records live (default: "
-                        "experiments/results/runs, with --smoke RUNS/records)")
+                        "the study's, with --smoke RUNS/records)")
     args = parser.parse_args(argv)
+    study = STUDIES[args.study]
+    chosen, seeds = args.arms or list(study.arms), args.seeds or list(study.seeds)
     with tempfile.TemporaryDirectory(prefix="compare-") as scratch:
         base = args.runs or (Path(scratch) if args.smoke else ROOT / "experiments" / "runs")
-        records = args.records or (base / "records" if args.smoke else RECORDS)
-        arms = [*args.arms, *(BUDGET_OF[a] for a in args.arms
-                              if a in BUDGET_OF and BUDGET_OF[a] not in args.arms)]
+        records = args.records or (base / "records" if args.smoke else study.records)
+        start_record = (study.start if records.resolve() == study.records
+                        else records / study.start.name)
+        arms = [*chosen, *(BUDGET_OF[a] for a in chosen
+                           if a in BUDGET_OF and BUDGET_OF[a] not in chosen)]
         runs: dict[str, dict[int, Path]] = {arm: {} for arm in ARMS if arm in arms}
         if args.report:
-            for seed in args.seeds:
+            for seed in seeds:
                 for arm in runs:
-                    if finished(records / run_name(arm, seed)):
+                    if finished(records / run_name(arm, seed), study.record_files):
                         runs[arm][seed] = records / run_name(arm, seed)
             runs = {arm: by_seed for arm, by_seed in runs.items() if by_seed}
         else:
-            start = sft_start(base, records, SMOKE_SFT if args.smoke else [])
-            for seed in args.seeds:  # every arm's seed 0 first: a stopped comparison is one
+            start = sft_start(study.sft_config, base / study.start.name, start_record,
+                              SMOKE_SFT if args.smoke else [])
+            for seed in seeds:  # every arm's seed 0 first: a stopped comparison is one
                 for arm in runs:
-                    runs[arm][seed] = run_arm(base, records, start, arm, seed,
+                    runs[arm][seed] = run_arm(study, base, records, start, arm, seed,
                                               SMOKE_RL if args.smoke else [])
-        start_success = read_metrics(records / "sft")[-1][SUCCESS]
-        summary = summarize(runs, start_success)
-    print(table(summary, start_success))
+        start_success = read_metrics(start_record)[-1][SUCCESS]
+        summary = study.summarize(runs, start_success)
+    print(study.table(summary, start_success))
     if not args.smoke:
-        results = ROOT / "experiments" / "results"
-        results.mkdir(parents=True, exist_ok=True)
-        (results / "compare.json").write_text(json.dumps(
+        study.summary.parent.mkdir(parents=True, exist_ok=True)
+        study.summary.write_text(json.dumps(
             {"start_success": start_success, "arms": summary}, indent=2) + "\n")
-        plot(summary, ROOT / "docs" / "results-compare.png")
+        plot(summary, study.plot)
 
 
 if __name__ == "__main__":

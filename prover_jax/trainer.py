@@ -321,12 +321,14 @@ def keep_steps_before(path: Path, steps_done: int) -> None:
     path.write_text("".join(line + "\n" for line in lines))
 
 
-def step_metrics(episodes: Sequence[Episode], learner_metrics: dict, host_logs: dict,
+def step_metrics(groups: Sequence[Sequence[Episode]], learner_metrics: dict, host_logs: dict,
                  seconds: dict) -> dict:
-    """One step's metrics under their stable names."""
+    """One step's metrics under their stable names, from its episodes grouped by task."""
+    episodes = [e for group in groups for e in group]
     return {
         "reward/mean": float(np.mean([e.reward for e in episodes])),
         "success/rate": float(np.mean([e.reward >= 1.0 for e in episodes])),
+        "success/mixed_groups": mixed_groups(groups),
         "episode/count": float(len(episodes)),
         "episode/actions": float(np.mean([e.num_turns for e in episodes])),
         "episode/valid_actions": float(np.mean([v for e in episodes for v in e.valid] or [0.0])),
@@ -335,6 +337,12 @@ def step_metrics(episodes: Sequence[Episode], learner_metrics: dict, host_logs: 
         **{f"credit/{k}": float(v) for k, v in host_logs.items()},
         **{f"time/{k}_s": v for k, v in seconds.items()},
     }
+
+
+def mixed_groups(groups: Sequence[Sequence[Episode]]) -> float:
+    """The share of `groups` holding both a success (reward >= 1) and a failure: those whose
+    outcomes differ, so that a group-relative advantage is not zero."""
+    return float(np.mean([len({e.reward >= 1.0 for e in group}) == 2 for group in groups]))
 
 
 def rollout_settings(settings: Any) -> Any:
@@ -437,7 +445,7 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 laps.lap("eval")
             episodes = [e for group in groups for e in group]
             row = distributed.mean_over_processes({
-                **step_metrics(episodes, metrics, output.diagnostics, laps.seconds),
+                **step_metrics(groups, metrics, output.diagnostics, laps.seconds),
                 **evaluation})
             parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
             records = merged_records({**output.records,

@@ -5,8 +5,9 @@ Actions follow ALFWorld's grammar (``go to X``, ``open X``, ``close X``, ``take 
 ``look``, ``help``), its rules (a put only where the receptacle can hold the object, a
 transformation only of an object that has the property, a goal object that starts in the
 fridge already cool) and observations its wording. An action that is malformed or impossible
-in the current state gets "Nothing happens." and ``valid=False``. The episode ends when the goal holds
-(reward 1, as ALFWorld checks the goal after every action) or after 50 actions (reward 0).
+in the current state gets "Nothing happens." and ``valid=False``. The episode ends when the
+goal holds (reward 1, as ALFWorld checks the goal after every action) or after 50 actions
+(reward 0).
 
 The episode state is a :class:`State` named tuple of ints and tuples: a snapshot is the tuple
 itself, and restoring is an assignment. Object sets (seen, heated, ...) are bitmasks; ``takes``

@@ -1,9 +1,13 @@
-"""The committed experiments still run: each in its smoke mode (a step or two, nothing kept)."""
+"""The committed experiments still run: each in its smoke mode (a step or two, nothing kept);
+the comparison's analysis on hand-made records."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import shutil
 
+import numpy as np
 import pytest
 
 from experiments import compare
@@ -28,6 +32,77 @@ def test_the_comparison_runs_and_reports_what_finished(capsys, tmp_path):
     compare.main(["--smoke", "--report", "--runs", str(tmp_path), "--seeds", "0", "1"])
     table = capsys.readouterr().out
     assert "| prover | 1 |" in table and "grpo-budget-matched" not in table
+
+
+@pytest.mark.slow
+def test_the_powered_comparison_records_a_final_evaluation_of_each_run(capsys, tmp_path):
+    compare.main(["--smoke", "--study", "powered", "--runs", str(tmp_path), "--seeds", "0",
+                  "--arms", "grpo"])
+    assert "| grpo | 1 |" in capsys.readouterr().out
+    records = tmp_path / "records"
+    assert (records / "sft-continued" / "model" / "model.safetensors").exists()
+    assert (tmp_path / "powered" / "grpo-seed0" / "checkpoints").exists()
+    final = json.loads((records / "grpo-seed0" / compare.FINAL_EVAL).read_text())
+    assert {compare.SUCCESS, compare.SAMPLED_SUCCESS} <= set(final)
+    assert compare.finished(records / "grpo-seed0", compare.STUDIES["powered"].record_files)
+
+
+def write_metrics(run_dir, rows):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return run_dir
+
+
+def evaluated_run(run_dir, successes, mixed=0.5, before=None):
+    """A run evaluated after updates 20, 40, 60 (`successes`), `before` it trained if given."""
+    rows = [{"step": step, "success/mixed_groups": mixed, "credit/vict/abstain/budget": 1.0}
+            for step in range(60)]
+    for step, success in zip((19, 39, 59), successes, strict=True):
+        rows[step][compare.SUCCESS] = success
+    return write_metrics(run_dir, ([] if before is None else
+                                   [{"step": -1, compare.SUCCESS: before}]) + rows)
+
+
+def test_a_runs_auc_averages_its_evaluations_and_its_start(tmp_path):
+    run = evaluated_run(tmp_path / "sft-start", [0.3, 0.4, 0.5])
+    assert compare.auc(run, start_success=0.2) == pytest.approx(0.35)
+    own = evaluated_run(tmp_path / "own-start", [0.3, 0.4, 0.5], before=0.1)
+    assert compare.auc(own, start_success=0.2) == pytest.approx(0.325)
+
+
+def test_the_bootstrap_interval_is_the_exact_resampling_distributions():
+    differences = np.array([0.0, 0.1, 0.3, 0.6, 0.05])
+    every_resample = [np.mean(draw) for draw in itertools.product(differences, repeat=5)]
+    low, high = compare.bootstrap_interval(differences)
+    assert (low, high) == pytest.approx(tuple(np.quantile(every_resample, [0.025, 0.975])),
+                                        abs=0.01)
+    assert low < np.mean(differences) < high
+    assert compare.bootstrap_interval(np.full(3, 0.25)) == (0.25, 0.25)
+
+
+def test_arms_are_compared_with_grpo_seed_by_seed(tmp_path):
+    def run(name, successes, final):
+        path = evaluated_run(tmp_path / name, successes)
+        (path / compare.FINAL_EVAL).write_text(json.dumps(
+            {compare.SUCCESS: final, f"{compare.SUCCESS}/pick": final, compare.SAMPLED_SUCCESS:
+             final / 2, "eval/greedy/actions": 9.0}))
+        return path
+
+    runs = {"grpo": {0: run("g0", [0.2, 0.2, 0.2], 0.2), 1: run("g1", [0.3, 0.3, 0.3], 0.3)},
+            "vict": {0: run("v0", [0.4, 0.4, 0.4], 0.4), 1: run("v1", [0.3, 0.3, 0.3], 0.5),
+                     2: run("v2", [0.9, 0.9, 0.9], 0.9)}}
+    summary = compare.summarize_powered(runs, start_success=0.2)
+    auc = summary["vict"]["versus_grpo"]["auc"]  # seed 2 has no GRPO run to pair with
+    assert auc["seeds"] == [0, 1] and auc["differences"] == pytest.approx([0.15, 0.0])
+    assert auc["interval"] == pytest.approx([0.0, 0.15]) and auc["mean"] == pytest.approx(0.075)
+    assert set(summary["vict"]["versus_grpo"]) == {"auc", compare.SUCCESS,
+                                                  f"{compare.SUCCESS}/pick",
+                                                  compare.SAMPLED_SUCCESS}
+    assert summary["grpo"]["versus_grpo"] == {}
+    assert summary["vict"]["means"]["success/mixed_groups"] == 0.5
+    assert summary["vict"]["means"]["credit/vict/abstain/budget"] == 1.0
+    table = compare.powered_table(summary, 0.2)
+    assert "| vict | 3 | 0.450 | +0.075 [+0.000, +0.150] | 0.600 | 0.300 | 0.500 |" in table
 
 
 def test_the_credit_placement_experiment_runs(capsys):

@@ -23,6 +23,7 @@ from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, LossConfig, OptimizerConfig
 from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
+from prover_jax.rollout import Episode
 from prover_jax.settings import ChatConfig
 from prover_jax.train import (
     TrainConfig,
@@ -35,6 +36,7 @@ from prover_jax.train import (
 from prover_jax.trainer import (
     environment_texts,
     step_line,
+    step_metrics,
     task_split,
     tiny_model,
     tiny_tokenizer,
@@ -353,6 +355,16 @@ def test_a_finished_run_shows_the_group_most_sources_of_credit_acted_on(tmp_path
         "     0  look                         -0.500   +0.000   +0.000   -0.500"]
     (tmp_path / "samples.jsonl").unlink()
     assert credit_lines(tmp_path) == []
+
+
+def test_a_step_counts_the_groups_holding_both_a_success_and_a_failure():
+    def group(*rewards):
+        return [Episode(envs.Task("chain", "train", 0), reward=r) for r in rewards]
+
+    groups = [group(1.0, 0.0), group(1.0, 1.0), group(0.0, 0.5), group(0.5, 1.5)]
+    metrics = step_metrics(groups, {}, {}, {})
+    assert metrics["success/mixed_groups"] == 0.5  # the first and the last
+    assert metrics["success/rate"] == 0.5 and metrics["episode/count"] == 8.0
 
 
 def test_a_step_logs_one_short_line_of_its_key_figures():
