@@ -61,6 +61,7 @@ import envs
 from envs.pool import EnvPool
 from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
+from prover_jax.evaluate import MAX_SLOTS
 from prover_jax.plot import read_metrics
 from prover_jax.sft import SftConfig
 from prover_jax.sft_trainer import sft
@@ -84,7 +85,6 @@ SUCCESS = "eval/greedy/success"
 SAMPLED_SUCCESS = "eval/sampled/success"
 RECORD = ("config.json", "metrics.jsonl")  # a run's record
 FINAL_EVAL = "final_eval.json"  # in a powered run's record: `final_evaluation`
-EVAL_SLOTS = 64  # a final evaluation's episodes in flight, as `prover_jax.evaluate` holds at most
 # A smoke SFT starts from a tiny model of its own, never from a recorded one.
 SMOKE_SFT = ["init=null", "steps=2", "learner.optimizer.warmup_steps=1", "demonstrations=4",
              "heldout=2", "batch_size=2", "eval_every=0", "evaluation.tasks=2",
@@ -188,7 +188,7 @@ def final_evaluation(config: TrainConfig, samples: int) -> dict[str, float]:
     config = dataclasses.replace(
         config, chat=run_directories.stored_chat(config.run_dir),
         evaluation=dataclasses.replace(config.evaluation, samples=samples))
-    with EnvPool(config.env, EVAL_SLOTS, config.workers) as pool:
+    with EnvPool(config.env, MAX_SLOTS, config.workers) as pool:
         return held_out(config, pool, params, cfg, tokenizer, envs.make(config.env))
 
 

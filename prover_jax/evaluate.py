@@ -41,6 +41,8 @@ from envs.pool import EnvPool
 from prover_jax import compile_cache, runs
 from prover_jax.settings import EvalConfig, chat_with
 
+MAX_SLOTS = 64  # episodes an evaluation keeps in flight at most
+
 
 def eval_split(env: envs.Env, split: str | None = None) -> str:
     """`split` checked against the environment's, or its held-out one: "eval", else
@@ -121,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from prover_jax.rollout import ScriptedPolicy
 
     tasks = env.tasks(config.split)[: config.tasks]
-    with EnvPool(name, min(len(tasks) * max(config.samples, 1), 64), args.workers) as pool:
+    with EnvPool(name, min(len(tasks) * max(config.samples, 1), MAX_SLOTS),
+                 args.workers) as pool:
         if model is None:
             policy = ScriptedPolicy(0.0 if args.expert else 1.0)
             mode = "expert" if args.expert else "random"
