@@ -14,9 +14,11 @@ The policy keeps one KV cache row per pool slot across turns. A row that already
 episode's stream prefills only the new context (the observation block); a row taking a new
 episode, or a restored prefix (ProVer's and SPO's continuations), is emptied and prefills the
 whole stream, once per distinct stream: the K continuations of one prefix, and the G episodes
-of one task, share it. Rows are compacted and the cache grown as needed. An episode whose stream
-would exceed ``max_context`` with a full reply is not continued: `run` ends it as truncated,
-with its ``overflow`` flag set.
+of one task, share it. The cache holds the power of two of slots its rows need: it is compacted
+and grown as they need more, and compacted and cut when ended episodes and padding leave it
+larger (every decode step reads every slot). An episode whose stream would exceed
+``max_context`` with a full reply is not continued: `run` ends it as truncated, with its
+``overflow`` flag set.
 
 Lengths are bucketed to powers of two, so a rollout compiles ``generate`` only a few times.
 """
@@ -231,7 +233,8 @@ class ModelPolicy(Policy):
         head_len = bucket(max((len(d) for d in distinct), default=1), s.min_prompt_tokens)
         head_len = head_len if distinct else 0
         if s.reuse_cache:
-            self._make_room(rows, emptied, head_len + tail_len + s.max_new_tokens)
+            kept = max((starts[row] for row in acting if row not in fresh), default=0)
+            self._make_room(rows, emptied, kept, head_len + tail_len + s.max_new_tokens)
         else:
             self._cache = self._empty_cache(rows, tail_len + s.max_new_tokens)
         if distinct:
@@ -272,20 +275,23 @@ class ModelPolicy(Policy):
             return cache
         return jax.device_put(cache, cache_shardings(cache, self.mesh))
 
-    def _make_room(self, rows: int, emptied: list[int], needed: int) -> None:
-        """Empties rows and makes `needed` free slots after the cache's length."""
-        if self._cache is None:
-            self._cache = self._empty_cache(rows, bucket(needed))
+    def _make_room(self, rows: int, emptied: list[int], kept: int, needed: int) -> None:
+        """Empties rows and makes `needed` free slots after the cache's length, in a cache of
+        `bucket(kept + needed)` slots when it can: `kept` is the most slots a row that keeps
+        its stream holds. Decode and prefill read every slot of the cache, so one left larger
+        than that, by finished episodes or by padding, is compacted and cut down."""
+        fits = bucket(kept + needed)
+        if self._cache is None or kept == 0:  # no row keeps anything: start afresh
+            self._cache = self._empty_cache(rows, fits)
             return
         if emptied:
             self._cache = kv_cache.reset_rows(self._cache,
                                               jnp.asarray(np.isin(np.arange(rows), emptied)))
         slots = self._cache.valid.shape[1]
-        if int(self._cache.length) + needed > slots:
+        if int(self._cache.length) + needed > slots or fits < slots:
             self._cache = kv_cache.compact(self._cache)
-            length = int(self._cache.length)
-            if length + needed > slots:
-                self._cache = kv_cache.grow(self._cache, bucket(length + needed))
+            if fits != slots:
+                self._cache = kv_cache.resize(self._cache, fits)
 
     def _prefill_shared(self, rows: int, distinct: dict, new: dict, fresh: list[int],
                         length: int) -> None:

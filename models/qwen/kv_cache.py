@@ -9,7 +9,8 @@ A long-lived cache therefore needs housekeeping, all of it here and all jitted:
   state zero), so the rows can take new ones;
 - `compact`: move every row's valid slots to the front, in order, so `length` is the longest
   row's token count again;
-- `grow`: more slots;
+- `resize`: more slots, or fewer once `compact` has freed them (attention reads every slot,
+  so a cache that stays larger than its rows need costs every decode step);
 - `prefill_rows`: write tokens into some rows only, through a small batch of distinct
   sequences, each copied to every row that shares it (K continuations of one prefix, or the G
   episodes of one task, are prefilled once).
@@ -74,21 +75,32 @@ def compact(cache: Cache) -> Cache:
     return cache._replace(valid=valid, length=jnp.max(jnp.sum(valid, axis=1)).astype(jnp.int32))
 
 
-@functools.partial(jax.jit, static_argnums=1)  # no donation: the arrays change shape
-def grow(cache: Cache, slots: int) -> Cache:
-    """The cache with `slots` slots (at least as many as it has), the new ones empty."""
-    more = slots - cache.valid.shape[1]
-    if more < 0:
-        raise ValueError(f"grow: {slots} slots is fewer than the cache's "
-                         f"{cache.valid.shape[1]}")
+def resize(cache: Cache, slots: int) -> Cache:
+    """The cache with `slots` slots: the new ones empty, or the slots from `slots` on dropped.
 
-    def pad(x, batch_axis):
+    Raises:
+      ValueError: `slots` below the cache's `length` (slots still in use; `compact` first).
+    """
+    length = int(cache.length)
+    if slots < length:
+        raise ValueError(f"resize: {slots} slots is fewer than the {length} the cache uses; "
+                         f"compact it first")
+    return _resized(cache, slots)
+
+
+@functools.partial(jax.jit, static_argnums=1)  # no donation: the arrays change shape
+def _resized(cache: Cache, slots: int) -> Cache:
+    more = slots - cache.valid.shape[1]
+
+    def fit(x, slot_axis):
+        if more < 0:
+            return jax.lax.slice_in_dim(x, 0, slots, axis=slot_axis)
         widths = [(0, 0)] * x.ndim
-        widths[batch_axis + 2] = (0, more)
+        widths[slot_axis] = (0, more)
         return jnp.pad(x, widths)
 
-    cache = _map_kv(pad, cache)
-    return cache._replace(valid=jnp.pad(cache.valid, ((0, 0), (0, more))))
+    cache = _map_kv(lambda x, batch_axis: fit(x, batch_axis + 2), cache)
+    return cache._replace(valid=fit(cache.valid, 1))
 
 
 def _write_rows(into: Cache, source: Cache, sources: jax.Array) -> Cache:

@@ -90,9 +90,14 @@ def test_housekeeping_keeps_every_row_its_own_sequence(tiny, layout):  # noqa: F
     rows.cache = kv_cache.compact(rows.cache)
     assert int(rows.cache.length) == max(map(len, rows.held)) < before
     rows.assert_rows_are_their_sequences(rng)
-    rows.cache = kv_cache.grow(rows.cache, 128)
+    rows.cache = kv_cache.resize(rows.cache, 128)
     assert rows.cache.valid.shape == (ROWS, 128)
     rows.write([random_ids(rng, cfg, 2)] * ROWS, 2)
+    rows.assert_rows_are_their_sequences(rng)
+    rows.cache = kv_cache.compact(rows.cache)
+    rows.cache = kv_cache.resize(rows.cache, int(rows.cache.length) + 3)  # fewer slots
+    rows.write([random_ids(rng, cfg, 2)] * ROWS, 2)
+    assert rows.cache.valid.shape[1] == int(rows.cache.length) + 1
     rows.assert_rows_are_their_sequences(rng)
 
 
@@ -117,7 +122,8 @@ def test_generate_leaves_idle_rows_alone_and_keeps_the_per_layer_layout(tiny):  
     np.testing.assert_array_equal(after.state[:, 1], before.state[:, 1])
 
 
-def test_growing_to_fewer_slots_is_an_error(tiny):  # noqa: F811
+def test_resizing_below_the_slots_in_use_is_an_error(tiny):  # noqa: F811
     _, cfg, _ = tiny
-    with pytest.raises(ValueError, match="fewer than"):
-        kv_cache.grow(kv_cache.empty(cfg, 1, 16), 8)
+    cache = kv_cache.empty(cfg, 1, 16)._replace(length=jnp.int32(9))
+    with pytest.raises(ValueError, match="fewer than the 9"):
+        kv_cache.resize(cache, 8)

@@ -12,6 +12,7 @@ import envs
 from envs.pool import EnvPool
 from models import qwen
 from models.qwen.chat import END_OF_TURN
+from prover_jax.batch import bucket
 from prover_jax.model_policy import ModelPolicy, SamplingConfig, parse_action
 from prover_jax.rollout import run, start
 from tests.models.test_chat import trained_tokenizer  # noqa: F401 - a fixture
@@ -149,6 +150,10 @@ def test_a_kept_cache_samples_what_a_fresh_prefill_samples(trained_tokenizer, po
         original = ours[i // 2]
         assert episode.actions[: prefix.num_turns] == prefix.actions
         assert episode.prefix(4).stream().tokens.tolist() == original.stream().tokens.tolist()
+    # the prefixes' whole streams needed a larger cache; it was cut back to what the last
+    # call's rows needed: the longest stream and one more tail and reply
+    needed = kept.sampling.min_prompt_tokens + kept.sampling.max_new_tokens
+    assert kept.cache_slots <= bucket(max(len(e.stream().tokens) for e in replayed) + needed)
 
 
 def test_context_overflow_ends_an_episode_as_truncated(trained_tokenizer, pool):  # noqa: F811
