@@ -53,6 +53,7 @@ class SftConfig:
     split: str | None = None  # the demonstrations' tasks (None: "train", else the first split)
     demonstrations: int = 512  # expert episodes trained on
     noise: float = 0.2  # share of the expert's actions replaced by random ones (not trained on)
+    repeats: float = 0.0  # share replaced by the previous action again (`DemonstrationPolicy`)
     chat: ChatConfig | None = None  # None: the init model's stored setting, else ChatConfig()
     heldout: int = 32  # expert episodes on held-out tasks for the held-out NLL
     steps: int = 300
@@ -79,8 +80,9 @@ class SftConfig:
                self.checkpoint_every) < 1 or self.eval_every < 0:
             raise ValueError("demonstrations, heldout, steps, batch_size, workers and "
                              "checkpoint_every must be >= 1, eval_every >= 0")
-        if not 0.0 <= self.noise < 1.0:
-            raise ValueError(f"noise must be in [0, 1), got {self.noise}")
+        for name in ("noise", "repeats"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         check_warmup(self.steps, self.learner)
 
 

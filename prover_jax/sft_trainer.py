@@ -49,16 +49,29 @@ class Demonstration(Action):
 class DemonstrationPolicy(Policy):
     """The expert (with random actions mixed in) as token streams: each reply is the action
     as the chat setting writes it (`AgentFormat.reply_text`) tokenized, then the end-of-turn
-    token, after the context a model would have read."""
+    token, after the context a model would have read.
 
-    def __init__(self, tokenizer, system: str, chat: ChatConfig, noise: float = 0.0):
+    A share `noise` of the expert's actions is replaced by random admissible ones; then a share
+    `repeats` by the episode's previous action again. A repeated action is usually one the
+    environment rejects ("Nothing happens": the agent is already there, already holds the
+    object, the receptacle is already open), the mistake a small model makes most, so the
+    expert's next actions show the way back from it. Neither kind is trained on."""
+
+    def __init__(self, tokenizer, system: str, chat: ChatConfig, noise: float = 0.0,
+                 repeats: float = 0.0):
         self.format = AgentFormat(tokenizer, system, chat.reply, chat.template)
         self.tokenizer = tokenizer
         self.scripted = ScriptedPolicy(noise)
+        self.repeats = repeats
 
     def act(self, episodes, slots, pool, rngs):
         actions = []
-        for episode, (text, noisy) in zip(episodes, self.scripted.choose(slots, pool, rngs)):
+        chosen = self.scripted.choose(slots, pool, rngs)
+        if self.repeats:  # drawn after the expert's and the noise's, which stay as they were
+            chosen = [(e.actions[-1].text, True)
+                      if e.actions and rng.random() < self.repeats else choice
+                      for e, rng, choice in zip(episodes, rngs, chosen)]
+        for episode, (text, noisy) in zip(episodes, chosen):
             reply = (*self.tokenizer.encode(self.format.reply_text(text),
                                             add_special_tokens=False),
                      self.format.end_of_turn)
@@ -133,7 +146,8 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
     row_multiple = config.learner.micro_batches * batch_shards(learner.mesh)
     run_dir = RunDirectory(directory, config, learner, cfg, params, tokenizer, log, "sft")
     state = run_dir.state
-    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.chat, config.noise)
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), config.chat, config.noise,
+                                 config.repeats)
     expert = DemonstrationPolicy(tokenizer, env.instruction(), config.chat)
     pad = policy.format.end_of_turn if tokenizer.pad_token_id is None else tokenizer.pad_token_id
     max_len = cfg.max_position_embeddings

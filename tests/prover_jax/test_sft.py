@@ -71,6 +71,29 @@ def test_only_the_experts_replies_are_trained_on(noisy):
         assert not trained[row, turn_ids[row] < 0].any()  # prompts and observations
 
 
+def test_repeated_actions_are_mostly_rejected_and_the_expert_recovers(model):
+    _, _, tokenizer = model
+    env = envs.make(ENV)
+    tasks = env.tasks("train")[:4]
+    with EnvPool(ENV, 4, num_workers=1) as pool:
+        plain = demonstrations(pool, DemonstrationPolicy(tokenizer, env.instruction(),
+                                                         ChatConfig()),
+                               tasks, random.Random(0))
+        repeating = demonstrations(pool, DemonstrationPolicy(tokenizer, env.instruction(),
+                                                             ChatConfig(), repeats=0.3),
+                                   tasks, random.Random(0))
+    repeats = [(e, t) for e in repeating for t, a in enumerate(e.actions) if not a.expert]
+    assert len(repeats) >= 4
+    assert all(t > 0 and e.actions[t].text == e.actions[t - 1].text for e, t in repeats)
+    assert sum(not e.valid[t] for e, t in repeats) > len(repeats) / 2
+    # the expert's own actions are the plain demonstration's (up to the turn limit the
+    # repeats bring closer): it takes up where it was after each rejected one
+    for ours, theirs in zip(repeating, plain):
+        expert = [a.text for a in ours.actions if a.expert]
+        assert expert == [a.text for a in theirs.actions][: len(expert)]
+        assert ours.reward == 1.0 or ours.num_turns == env.max_turns
+
+
 @pytest.mark.slow
 def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
     cfg, params, tokenizer = model
@@ -104,7 +127,8 @@ def test_sft_lowers_the_loss_and_its_run_is_a_model(tmp_path, model):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--noise", "1.5"], "noise must be in [0, 1)"), (["--steps", "0"], ">= 1"),
+    (["--noise", "1.5"], "noise must be in [0, 1)"),
+    (["--set", "repeats=1"], "repeats must be in [0, 1)"), (["--steps", "0"], ">= 1"),
     (["--init", "/nonexistent"], "neither a run directory"),
     (["--set", "chat.reply=json"], "chat.reply must be one of"),
     (["--set", "chat.template=[1]"], "chat.template must map argument names"),
