@@ -23,7 +23,7 @@ turn counts of ``--rerun`` the same rollout (same seed, so only shapes already c
 again with a fresh policy, and its plain wall time checks the subtraction. The timed rollout
 splits its wall time by what the policy calls, each call blocked on its result and less its
 compiles: `generate` (prefill of the new tokens, then decode), `kv_cache.prefill_rows` (the
-shared stream heads), cache housekeeping (`empty` / `reset_rows` / `compact` / `grow`), and
+shared stream heads), cache housekeeping (`empty` / `reset_rows` / `compact` / `resize`), and
 the rest (tokenizer, templates, pool steps, episode bookkeeping).
 
 Target: the cache path >= 3x faster than re-prefill at 20 turns, with prompt tokens prefilled
@@ -99,7 +99,7 @@ def phase_timers():
     seconds = dict.fromkeys(PHASES, 0.0)
     patched = [(model_policy, "generate", "generate")] + [
         (kv_cache, name, "prefill_rows" if name == "prefill_rows" else "housekeeping")
-        for name in ("prefill_rows", "empty", "reset_rows", "compact", "grow")]
+        for name in ("prefill_rows", "empty", "reset_rows", "compact", "resize")]
     originals = [getattr(module, name) for module, name, _ in patched]
 
     def timed(fn, phase):
