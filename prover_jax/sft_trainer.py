@@ -54,8 +54,9 @@ class DemonstrationPolicy(Policy):
     A share `noise` of the expert's actions is replaced by random admissible ones; then a share
     `repeats` by the episode's previous action again. A repeated action is usually one the
     environment rejects ("Nothing happens": the agent is already there, already holds the
-    object, the receptacle is already open), the mistake a small model makes most, so the
-    expert's next actions show the way back from it. Neither kind is trained on."""
+    object, the receptacle is already open), so the expert's next actions show the way back
+    from the mistake the tiny household agent made most (`docs/results.md`). Neither kind is
+    trained on."""
 
     def __init__(self, tokenizer, system: str, chat: ChatConfig, noise: float = 0.0,
                  repeats: float = 0.0):
