@@ -127,3 +127,25 @@ def test_device_bench_runs_tiny(tmp_path):
     steps = result["trainer"]["steps"]
     assert [s["step"] for s in steps] == [0, 1]
     assert all(s[f"{phase}_s"] > 0 for s in steps for phase in ("rollout", "credit", "learner"))
+
+
+def test_update_bench_averages_the_updates_after_the_compiling_one():
+    bench = load_bench("update")
+
+    def update(step, rollout, credit, learner, extra=0.0):
+        return {"step": step, "time/rollout_s": rollout, "time/credit_s": credit,
+                "time/learner_s": learner, "credit/prover/extra_policy_tokens_fraction": extra}
+
+    grpo = bench.phases([update(0, 30.0, 1.0, 40.0), update(1, 3.0, 0.0, 5.0),
+                         update(2, 5.0, 0.0, 7.0)])
+    assert (grpo["rollout"], grpo["credit"], grpo["learner"]) == (4.0, 0.0, 6.0)
+    assert grpo["update"] == 10.0 and grpo["slowest_update"] == 12.0 and grpo["updates"] == 2
+    prover = bench.phases([update(0, 30.0, 9.0, 40.0, 0.5), update(1, 4.0, 3.0, 6.0, 0.25),
+                           update(2, 4.0, 3.0, 6.0, 0.15)])
+    assert prover["extra_tokens"] == pytest.approx(0.2)
+    # 13 s against 10 s is 30% more time for 20% more policy tokens
+    assert bench.overhead(grpo, prover) == pytest.approx(1.5)
+    assert bench.overhead(grpo, grpo) is None
+    assert "| prover | 13.00 |" in bench.table({"t": {"grpo": grpo, "prover": prover}})
+    with pytest.raises(ValueError, match="at least 2 updates"):
+        bench.phases([update(0, 1.0, 1.0, 1.0)])
