@@ -29,11 +29,12 @@ sessions goes on where it stopped, and the summary is made from the records alon
 
 The powered study (``configs/household-small-powered.yaml``; docs/results.md, "A comparison
 with the power to answer") starts from a stronger SFT model, the committed one trained further
-(``configs/sft/household-small-continued.yaml``, recorded in
-``experiments/results/runs/sft-continued/``), and runs GRPO, ProVer, VICT, GiGPO and
-budget-matched GRPO for seeds 0-4: 60 updates of 2 tasks x 8 episodes, held-out greedy success
-on 100 tasks every 20. Its runs live in ``experiments/runs/powered/``, and its records
-(``experiments/results/powered/<arm>-seed<seed>/``) also hold ``final_eval.json``: the final
+in three stages (``configs/sft/household-small-continued.yaml``, ``-recovery.yaml`` and
+``-recovery2.yaml``; the last recorded in ``experiments/results/runs/sft-recovery2/``), and
+runs GRPO, ProVer, VICT, GiGPO and budget-matched GRPO for seeds 0-4: 60 updates of 2 tasks
+x 8 episodes, held-out greedy success on 100 tasks every 20. Its runs live in
+``experiments/runs/powered/``, and its records (``experiments/results/powered/<arm>-seed<seed>/``)
+also hold ``final_eval.json``: the final
 model's greedy and sampled (4 per task) success on those tasks. Its summary
 (``experiments/results/powered.json``, ``docs/results-powered.png``) holds each run's AUC (the
 mean over updates 0, 20, 40 and 60), final and per-task-type success, each arm's paired
@@ -412,8 +413,8 @@ STUDIES = {
         summary=RESULTS / "compare.json", plot=ROOT / "docs" / "results-compare.png"),
     "powered": Study(
         config=ROOT / "configs" / "household-small-powered.yaml",
-        sft_config=ROOT / "configs" / "sft" / "household-small-continued.yaml",
-        start=RESULTS / "runs" / "sft-continued", runs="powered", records=RESULTS / "powered",
+        sft_config=ROOT / "configs" / "sft" / "household-small-recovery2.yaml",
+        start=RESULTS / "runs" / "sft-recovery2", runs="powered", records=RESULTS / "powered",
         arms=("grpo", "prover", "vict", "gigpo", "grpo-budget-matched"), seeds=(0, 1, 2, 3, 4),
         final_samples=4, summarize=summarize_powered, table=powered_table,
         summary=RESULTS / "powered.json", plot=ROOT / "docs" / "results-powered.png"),

@@ -40,7 +40,7 @@ def test_the_powered_comparison_records_a_final_evaluation_of_each_run(capsys, t
                   "--arms", "grpo"])
     assert "| grpo | 1 |" in capsys.readouterr().out
     records = tmp_path / "records"
-    assert (records / "sft-continued" / "model" / "model.safetensors").exists()
+    assert (records / "sft-recovery2" / "model" / "model.safetensors").exists()
     assert (tmp_path / "powered" / "grpo-seed0" / "checkpoints").exists()
     final = json.loads((records / "grpo-seed0" / compare.FINAL_EVAL).read_text())
     assert {compare.SUCCESS, compare.SAMPLED_SUCCESS} <= set(final)
