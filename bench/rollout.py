@@ -87,6 +87,15 @@ def compile_seconds(begin: float, end: float) -> float:
     return total
 
 
+def listen_to_compiles() -> None:
+    """Records the span of every JAX compile from now on, for `compile_seconds`."""
+    import jax
+
+    if not _listening:
+        jax.monitoring.register_event_time_span_listener(_record_compile)
+        _listening.append(True)
+
+
 @contextlib.contextmanager
 def phase_timers():
     """Times the policy's device calls, each blocked on its result, without the compiles
@@ -135,9 +144,7 @@ def measure(path: str, turns: int, model: str = "55m", tasks: int = TASKS, group
     from prover_jax.model_policy import ModelPolicy, SamplingConfig
     from prover_jax.rollout import run, start
 
-    if not _listening:
-        jax.monitoring.register_event_time_span_listener(_record_compile)
-        _listening.append(True)
+    listen_to_compiles()
     env = envs.make("household")
     if env.max_turns < turns:
         raise ValueError(f"household episodes end after {env.max_turns} turns, not {turns}")

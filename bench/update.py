@@ -12,12 +12,19 @@ Each run's ``metrics.jsonl`` gives per update the seconds of the rollout, the cr
 learner; the first update (which compiles every program) is dropped and the rest averaged.
 ProVer's overhead is (ProVer's update / GRPO's update - 1) over the extra policy tokens its
 continuations generated (as a fraction of the groups' own): 1 is a continuation token costing
-what a group token costs.
+what a group token costs. Where continuations ran, the tokens generated per second by the
+groups' rollout and by the continuations say where a difference comes from.
 
 Targets: an update <= 4.5 s on 2 idle cores; ProVer's overhead <= 1.25.
 
-Usage: python bench/update.py [--updates 6] [--ref REV]
-Prints a table, writes bench/results/update.json and updates bench/RESULTS.md.
+``--calls`` also runs ProVer's updates in this process and counts every `generate` call: in
+the groups' rollout and in the continuations, the rows that generated, the tokens, the cache's
+slots and the seconds without compiles (`bench/rollout.py`'s timers), and the continuations'
+compiles by update.
+
+Usage: python bench/update.py [--updates 6] [--ref REV] [--arms [grpo prover]] [--calls]
+Prints the tables, writes bench/results/update.json (and update-calls.json) and updates
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -78,6 +85,16 @@ def phases(updates: Sequence[dict]) -> dict:
     out["extra_tokens"] = sum(u.get("credit/prover/extra_policy_tokens_fraction", 0.0)
                               for u in timed) / len(timed)
     out["updates"] = len(timed)
+    continued = [u for u in timed if u.get("credit/prover/extra_policy_tokens", 0.0) > 0]
+    if continued:  # the groups' own tokens are known where continuations ran
+        own = sum(u["credit/prover/extra_policy_tokens"]
+                  / u["credit/prover/extra_policy_tokens_fraction"] for u in continued)
+        out["group_tokens_per_s"] = own / sum(u["time/rollout_s"] for u in continued)
+        out["continuation_tokens_per_s"] = (
+            sum(u["credit/prover/extra_policy_tokens"] for u in continued)
+            / sum(u["credit/prover/verification_wall_s"] for u in continued))
+        out["verification"] = sum(u.get("credit/prover/verification_wall_s", 0.0)
+                                  for u in timed) / len(timed)
     return out
 
 
@@ -90,17 +107,101 @@ def overhead(grpo: dict, prover: dict) -> float | None:
 
 
 def table(results: dict[str, dict[str, dict]]) -> str:
-    lines = [("| tree | method | update (s) | rollout (s) | credit (s) | learner (s) | slowest "
-              "update (s) | extra policy tokens | ProVer overhead (target <= 1.25) |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [("| tree | method | update (s) | rollout (s) | credit (s) | of which "
+              "continuations (s) | learner (s) | slowest update (s) | extra policy tokens | "
+              "ProVer overhead (target <= 1.25) | generated tok/s: groups | continuations |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for tree, arms in results.items():
         for arm, p in arms.items():
             ratio = overhead(arms["grpo"], p) if arm == "prover" and "grpo" in arms else None
+            rates = [f"{p[k]:.0f}" if k in p else "-" for k in
+                     ("group_tokens_per_s", "continuation_tokens_per_s")]
             lines.append(
                 f"| {tree} | {arm} | {p['update']:.2f} | {p['rollout']:.2f} | "
-                f"{p['credit']:.2f} | {p['learner']:.2f} | {p['slowest_update']:.2f} | "
-                f"{p['extra_tokens']:.0%} | {'-' if ratio is None else f'{ratio:.2f}'} |")
+                f"{p['credit']:.2f} | {p.get('verification', 0.0):.2f} | {p['learner']:.2f} | "
+                f"{p['slowest_update']:.2f} | {p['extra_tokens']:.0%} | "
+                f"{'-' if ratio is None else f'{ratio:.2f}'} | {rates[0]} | {rates[1]} |")
     return "\n".join(lines)
+
+
+def generate_calls(updates: int) -> dict[str, dict]:
+    """Every `generate` call of `updates` ProVer updates of this tree, run in this process:
+    per phase (the groups' rollout, ProVer's continuations) the calls, the rows that
+    generated in them, the tokens generated, the cache's slots, and the seconds of `generate`,
+    `kv_cache.prefill_rows` and cache housekeeping without compiles; for the continuations also
+    the compile seconds of each update."""
+    import collections
+    import time
+
+    import jax
+
+    from bench import rollout as rollout_bench
+    from prover_jax import model_policy, trainer, verify
+    from prover_jax.config import load as load_config
+    from prover_jax.train import TrainConfig
+
+    rollout_bench.listen_to_compiles()
+    calls = {"groups": [], "continuations": []}  # (rows, rows that generated, tokens, slots)
+    phase = ["groups"]
+    in_continuations = dict.fromkeys(rollout_bench.PHASES, 0.0)
+    compiles = []
+    with tempfile.TemporaryDirectory() as run_dir, rollout_bench.phase_timers() as seconds:
+        timed_generate, timed_run = model_policy.generate, verify.run
+
+        def counted_generate(params, cfg, prompt, positions, cache, *args, **kwargs):
+            out = timed_generate(params, cfg, prompt, positions, cache, *args, **kwargs)
+            lengths = jax.device_get(out.lengths)
+            slots = max(jax.tree.leaves(cache), key=lambda x: x.size).shape[-2]
+            calls[phase[0]].append((len(lengths), int((lengths > 0).sum()),
+                                    int(lengths.sum()), slots))
+            return out
+
+        def continuations(*args, **kwargs):
+            before, begin = dict(seconds), time.time()
+            phase[0] = "continuations"
+            try:
+                return timed_run(*args, **kwargs)
+            finally:
+                phase[0] = "groups"
+                compiles.append(rollout_bench.compile_seconds(begin, time.time()))
+                for name in in_continuations:
+                    in_continuations[name] += seconds[name] - before[name]
+
+        model_policy.generate, verify.run = counted_generate, continuations
+        try:
+            config = load_config(TrainConfig, ROOT / "configs" / "household-small.yaml", [
+                *ARMS["prover"], f"steps={updates}", "eval_every=0",
+                f"checkpoint_every={updates}", f"init={START}", f"run_dir={run_dir}/run"])
+            trainer.train(config, *trainer.initial_model(config), log=lambda line: None)
+        finally:
+            model_policy.generate, verify.run = timed_generate, timed_run
+        totals = dict(seconds)
+    out = {}
+    for name, made in calls.items():
+        spent = {p: in_continuations[p] if name == "continuations"
+                 else totals[p] - in_continuations[p] for p in rollout_bench.PHASES}
+        tokens = sum(c[2] for c in made)
+        out[name] = {"calls": len(made), "rows": made[0][0] if made else 0,
+                     "generating_rows": sum(c[1] for c in made) / max(len(made), 1),
+                     "tokens": tokens, "ms_per_token": 1e3 * spent["generate"] / max(tokens, 1),
+                     "slots": dict(collections.Counter(c[3] for c in made)),
+                     **{f"{p}_s": v for p, v in spent.items()}}
+    out["continuations"]["compile_s_per_update"] = compiles
+    return out
+
+
+def calls_table(calls: dict[str, dict]) -> str:
+    lines = [("| phase | generate calls | rows generating (of the batch's) | tokens generated | "
+              "cache slots: calls | generate (s) | ms per token | prefill_rows (s) | "
+              "housekeeping (s) |"), "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for name, c in calls.items():
+        slots = ", ".join(f"{s:,}: {n}" for s, n in sorted(c["slots"].items()))
+        lines.append(f"| {name} | {c['calls']} | {c['generating_rows']:.1f} of {c['rows']} | "
+                     f"{c['tokens']:,} | {slots} | {c['generate_s']:.2f} | "
+                     f"{c['ms_per_token']:.2f} | {c['prefill_rows_s']:.2f} | "
+                     f"{c['housekeeping_s']:.2f} |")
+    compiles = ", ".join(f"{s:.1f}" for s in calls["continuations"]["compile_s_per_update"])
+    return "\n".join(lines) + f"\n\nCompiles during the continuations, by update (s): {compiles}"
 
 
 def measure(tree: Path, updates: int, arms: Sequence[str]) -> dict[str, dict]:
@@ -117,28 +218,36 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=UPDATES,
                         help="updates per run (the first, which compiles, is not timed)")
     parser.add_argument("--ref", metavar="REV", help="also measure this git revision")
-    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--arms", nargs="*", choices=list(ARMS), default=list(ARMS),
+                        help="the methods timed (none: only --calls)")
+    parser.add_argument("--calls", action="store_true",
+                        help="count the generate calls of ProVer's updates in this tree")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout.strip()
-    results = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        if args.ref:
-            results[args.ref] = measure(export(args.ref, Path(scratch)), args.updates,
-                                        args.arms)
-        results[f"{head} (this tree)"] = measure(ROOT, args.updates, args.arms)
-    text = table(results)
-    print(text)
-    if args.no_write:
-        return
     from bench import report
 
     machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores; configs/household-small.yaml "
-               f"from experiments/results/runs/sft, {args.updates} updates a run, the first "
-               "not timed")
-    report.write("update", "A trainer update on household-small (`bench/update.py`)", machine,
-                 text, results)
+               f"from experiments/results/runs/sft, {args.updates} updates a run")
+    if args.arms:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        results = {}
+        with tempfile.TemporaryDirectory() as scratch:
+            if args.ref:
+                results[args.ref] = measure(export(args.ref, Path(scratch)), args.updates,
+                                            args.arms)
+            results[f"{head} (this tree)"] = measure(ROOT, args.updates, args.arms)
+        print(table(results))
+        if not args.no_write:
+            report.write("update", "A trainer update on household-small (`bench/update.py`)",
+                         machine + ", the first not timed", table(results), results)
+    if args.calls:
+        calls = generate_calls(args.updates)
+        print(calls_table(calls))
+        if not args.no_write:
+            report.write("update-calls", "Where ProVer's continuations spend their time "
+                         "(`bench/update.py --calls`)", machine + ", every update counted",
+                         calls_table(calls), calls)
 
 
 if __name__ == "__main__":

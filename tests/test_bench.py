@@ -134,7 +134,9 @@ def test_update_bench_averages_the_updates_after_the_compiling_one():
 
     def update(step, rollout, credit, learner, extra=0.0):
         return {"step": step, "time/rollout_s": rollout, "time/credit_s": credit,
-                "time/learner_s": learner, "credit/prover/extra_policy_tokens_fraction": extra}
+                "time/learner_s": learner, "credit/prover/extra_policy_tokens_fraction": extra,
+                "credit/prover/extra_policy_tokens": 100.0 * extra,
+                "credit/prover/verification_wall_s": credit / 2}
 
     grpo = bench.phases([update(0, 30.0, 1.0, 40.0), update(1, 3.0, 0.0, 5.0),
                          update(2, 5.0, 0.0, 7.0)])
@@ -143,9 +145,24 @@ def test_update_bench_averages_the_updates_after_the_compiling_one():
     prover = bench.phases([update(0, 30.0, 9.0, 40.0, 0.5), update(1, 4.0, 3.0, 6.0, 0.25),
                            update(2, 4.0, 3.0, 6.0, 0.15)])
     assert prover["extra_tokens"] == pytest.approx(0.2)
+    # 100 group tokens an update in 4 s of rollout; 40 continuation tokens in 3 s of verifying
+    assert prover["group_tokens_per_s"] == pytest.approx(25.0)
+    assert prover["continuation_tokens_per_s"] == pytest.approx(40 / 3)
+    assert prover["verification"] == 1.5 and "group_tokens_per_s" not in grpo
     # 13 s against 10 s is 30% more time for 20% more policy tokens
     assert bench.overhead(grpo, prover) == pytest.approx(1.5)
     assert bench.overhead(grpo, grpo) is None
-    assert "| prover | 13.00 |" in bench.table({"t": {"grpo": grpo, "prover": prover}})
+    text = bench.table({"t": {"grpo": grpo, "prover": prover}})
+    assert "| prover | 13.00 |" in text and "| 1.50 | 25 | 13 |" in text
     with pytest.raises(ValueError, match="at least 2 updates"):
         bench.phases([update(0, 1.0, 1.0, 1.0)])
+    calls = {"groups": {"calls": 2, "rows": 16, "generating_rows": 15.5, "tokens": 200,
+                        "slots": {1024: 1, 512: 1}, "generate_s": 0.4, "ms_per_token": 2.0,
+                        "prefill_rows_s": 0.1, "housekeeping_s": 0.05},
+             "continuations": {"calls": 1, "rows": 16, "generating_rows": 8.0, "tokens": 50,
+                               "slots": {2048: 1}, "generate_s": 0.2, "ms_per_token": 4.0,
+                               "prefill_rows_s": 0.1, "housekeeping_s": 0.0,
+                               "compile_s_per_update": [1.25, 0.0]}}
+    text = bench.calls_table(calls)
+    assert "| groups | 2 | 15.5 of 16 | 200 | 512: 1, 1,024: 1 | 0.40 | 2.00 |" in text
+    assert text.endswith("by update (s): 1.2, 0.0")
