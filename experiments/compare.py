@@ -39,7 +39,9 @@ model's greedy and sampled (4 per task) success on those tasks. Its summary
 (``experiments/results/powered.json``, ``docs/results-powered.png``) holds each run's AUC (the
 mean over updates 0, 20, 40 and 60), final and per-task-type success, each arm's paired
 per-seed differences to GRPO with a bootstrap interval over seeds, the share of groups holding
-both a success and a failure, VICT's abstentions by reason and ProVer's acceptance.
+both a success and a failure, VICT's abstentions by reason, ProVer's acceptance, mean Δ and
+extra environment steps, and each run's seconds per update; its tables (``--report`` prints
+them) are the primary one, the secondary figures' paired differences and the diagnostics.
 
 ``--smoke`` runs 1-2 steps of everything in a temporary folder and writes no results (CI runs
 it so the script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs
@@ -99,6 +101,10 @@ COSTS = ("credit/prover/extra_env_steps_fraction", "credit/prover/extra_policy_t
 DIAGNOSTICS = ("credit/prover/eligible_groups", "credit/prover/valid_proposals",
                "credit/vict/abstained", "credit/vict/trigger_rate", "credit/vict/sparsity",
                "success/rate", "learner/entropy")
+# A powered run's diagnostics, averaged over its updates (key prefixes).
+PER_UPDATE = ("success/mixed_groups", "episode/count", "credit/vict/abstain",
+              "credit/prover/extra_env_steps_fraction")
+UPDATE_SECONDS = "time/update_s"
 
 
 def quiet(line: str) -> None:
@@ -312,15 +318,18 @@ def paired_difference(values: Mapping[int, float], reference: Mapping[int, float
 
 def run_figures(run_dir: Path, start_success: float) -> dict[str, float]:
     """A powered run's figures: its `auc`; its final greedy and sampled success, and greedy
-    success per task type (`FINAL_EVAL`); and averaged over its updates, the share of groups
-    holding both a success and a failure and VICT's abstentions by reason."""
+    success per task type (`FINAL_EVAL`); and averaged over its updates, the `PER_UPDATE`
+    diagnostics it logged and its seconds per update (`UPDATE_SECONDS`: rollout, credit and
+    learner)."""
     rows = read_metrics(run_dir, before_training=False)
     final = json.loads((run_dir / FINAL_EVAL).read_text())
-    per_update = [key for key in rows[0] if key == "success/mixed_groups"
-                  or key.startswith("credit/vict/abstain/")]
+    per_update = [key for key in rows[0] if key.startswith(PER_UPDATE)]
     return {"auc": auc(run_dir, start_success),
             **{k: v for k, v in final.items() if k.startswith(SUCCESS) or k == SAMPLED_SUCCESS},
-            **{key: float(np.mean([r[key] for r in rows])) for key in per_update}}
+            **{key: float(np.mean([r[key] for r in rows])) for key in per_update},
+            UPDATE_SECONDS: float(np.mean([sum(r.get(f"time/{phase}_s", 0.0)
+                                               for phase in ("rollout", "credit", "learner"))
+                                           for r in rows]))}
 
 
 def versus(figures: Mapping[int, dict], reference: Mapping[int, dict]) -> dict[str, dict]:
@@ -361,23 +370,55 @@ def summarize_powered(runs: dict[str, dict[int, Path]], start_success: float) ->
     return out
 
 
+def interval_cell(paired: dict | None) -> str:
+    """A `paired_difference` as "mean [low, high]", or "-" without one."""
+    if not paired:
+        return "-"
+    low, high = paired["interval"]
+    return f"{paired['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
 def powered_table(summary: dict, start_success: float) -> str:
-    """The markdown table of `summarize_powered`: means over seeds, and the AUC's paired
-    difference to GRPO with its 95% interval."""
+    """The markdown tables of `summarize_powered`: the primary one (means over seeds, and the
+    AUC's paired difference to GRPO with its 95% interval); the secondary figures' paired
+    differences to GRPO (final greedy and sampled success, greedy success per task type); and
+    the diagnostics (means over seeds of the means over updates; ProVer's pooled)."""
+    def cell(s, key):
+        value = s["means"].get(key, s.get(key))
+        return "-" if value is None else f"{value:.3f}"
+
     header = ("| arm | seeds | AUC | AUC - GRPO (95% CI) | final greedy | final sampled "
               "| mixed groups |")
     lines = [f"SFT start: held-out greedy success {start_success:.3f}.", "", header,
              "|---|---|---|---|---|---|---|"]
     for arm, s in summary.items():
-        def cell(key, means=s["means"]):
-            return f"{means[key]:.3f}" if key in means else "-"
-
-        paired = s["versus_grpo"].get("auc")
-        difference = (f"{paired['mean']:+.3f} [{paired['interval'][0]:+.3f}, "
-                      f"{paired['interval'][1]:+.3f}]" if paired else "-")
-        lines.append(f"| {arm} | {len(s['seeds'])} | {cell('auc')} | {difference} "
-                     f"| {cell(SUCCESS)} | {cell(SAMPLED_SUCCESS)} "
-                     f"| {cell('success/mixed_groups')} |")
+        lines.append(f"| {arm} | {len(s['seeds'])} | {cell(s, 'auc')} "
+                     f"| {interval_cell(s['versus_grpo'].get('auc'))} | {cell(s, SUCCESS)} "
+                     f"| {cell(s, SAMPLED_SUCCESS)} | {cell(s, 'success/mixed_groups')} |")
+    task_types = list(dict.fromkeys(key.removeprefix(SUCCESS + "/") for s in summary.values()
+                                    for key in s["means"] if key.startswith(SUCCESS + "/")))
+    secondary = [SUCCESS, SAMPLED_SUCCESS, *(f"{SUCCESS}/{t}" for t in task_types)]
+    lines += ["", "Paired difference to GRPO (95% CI over seeds):", "",
+              "| arm | final greedy | final sampled | "
+              + " | ".join(f"greedy {t}" for t in task_types) + " |",
+              "|---|" + "---|" * len(secondary)]
+    for arm, s in summary.items():
+        if arm != "grpo":
+            lines.append(f"| {arm} | " + " | ".join(interval_cell(s["versus_grpo"].get(key))
+                                                    for key in secondary) + " |")
+    reasons = list(dict.fromkeys(key for s in summary.values() for key in s["means"]
+                                 if key.startswith("credit/vict/abstain/")))
+    diagnostics = ["success/mixed_groups", "episode/count",
+                   "credit/prover/extra_env_steps_fraction", UPDATE_SECONDS,
+                   "credit/prover/acceptance_rate", "credit/prover/mean_delta",
+                   "credit/vict/abstained", *reasons]
+    lines += ["", "Diagnostics (means over updates and seeds; ProVer's pooled over proposals):",
+              "", "| arm | mixed groups | episodes / update | ProVer extra env steps "
+              "| s / update | ProVer acceptance | ProVer mean Δ | VICT abstained | "
+              + " | ".join(f"abstained: {r.rsplit('/', 1)[1]}" for r in reasons) + " |",
+              "|---|" + "---|" * len(diagnostics)]
+    for arm, s in summary.items():
+        lines.append(f"| {arm} | " + " | ".join(cell(s, key) for key in diagnostics) + " |")
     return "\n".join(lines)
 
 
