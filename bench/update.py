@@ -45,7 +45,6 @@ sys.path.insert(0, str(ROOT))
 
 START = ROOT / "experiments" / "results" / "runs" / "sft"
 ARMS = {"grpo": ["credit=grpo"], "prover": ["credit=prover", "host.judge=contrastive"]}
-PHASES = ("rollout", "credit", "learner")
 UPDATES = 6
 
 
@@ -78,10 +77,12 @@ def phases(updates: Sequence[dict]) -> dict:
     (which compiles), with ProVer's extra policy tokens as a fraction of the groups'."""
     if len(updates) < 2:
         raise ValueError(f"need at least 2 updates to drop the compiling one, got {len(updates)}")
+    from prover_jax.trainer import UPDATE_PHASES
+
     timed = updates[1:]
-    out = {p: sum(u[f"time/{p}_s"] for u in timed) / len(timed) for p in PHASES}
-    out["update"] = sum(out[p] for p in PHASES)
-    out["slowest_update"] = max(sum(u[f"time/{p}_s"] for p in PHASES) for u in timed)
+    out = {p: sum(u[f"time/{p}_s"] for u in timed) / len(timed) for p in UPDATE_PHASES}
+    out["update"] = sum(out[p] for p in UPDATE_PHASES)
+    out["slowest_update"] = max(sum(u[f"time/{p}_s"] for p in UPDATE_PHASES) for u in timed)
     out["extra_tokens"] = sum(u.get("credit/prover/extra_policy_tokens_fraction", 0.0)
                               for u in timed) / len(timed)
     out["updates"] = len(timed)

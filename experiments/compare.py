@@ -70,7 +70,7 @@ from prover_jax.sft import SftConfig
 from prover_jax.sft_trainer import sft
 from prover_jax.spo_rollouts import budget_schedule_of_run
 from prover_jax.train import TrainConfig
-from prover_jax.trainer import held_out, initial_model, train
+from prover_jax.trainer import UPDATE_PHASES, held_out, initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -327,8 +327,7 @@ def run_figures(run_dir: Path, start_success: float) -> dict[str, float]:
     return {"auc": auc(run_dir, start_success),
             **{k: v for k, v in final.items() if k.startswith(SUCCESS) or k == SAMPLED_SUCCESS},
             **{key: float(np.mean([r[key] for r in rows])) for key in per_update},
-            UPDATE_SECONDS: float(np.mean([sum(r.get(f"time/{phase}_s", 0.0)
-                                               for phase in ("rollout", "credit", "learner"))
+            UPDATE_SECONDS: float(np.mean([sum(r[f"time/{phase}_s"] for phase in UPDATE_PHASES)
                                            for r in rows]))}
 
 

@@ -65,6 +65,7 @@ from tpu import distributed
 from tpu.mesh import batch_shards, build_mesh, from_process_local, to_sampler
 
 TENSORBOARD = "tensorboard"
+UPDATE_PHASES = ("rollout", "credit", "learner")  # an update's work, logged as time/<phase>_s
 
 
 # Qwen's added tokens for the template's tags: one token each instead of a dozen bytes.

@@ -56,7 +56,8 @@ def write_metrics(run_dir, rows):
 def evaluated_run(run_dir, successes, mixed=0.5, before=None):
     """A run evaluated after updates 20, 40, 60 (`successes`), `before` it trained if given."""
     rows = [{"step": step, "success/mixed_groups": mixed, "credit/vict/abstain/budget": 1.0,
-             "time/rollout_s": 1.0 + step % 2, "time/learner_s": 2.0} for step in range(60)]
+             "time/rollout_s": 1.0 + step % 2, "time/credit_s": 0.5,
+             "time/learner_s": 2.0} for step in range(60)]
     for step, success in zip((19, 39, 59), successes, strict=True):
         rows[step][compare.SUCCESS] = success
     return write_metrics(run_dir, ([] if before is None else
@@ -105,7 +106,7 @@ def test_arms_are_compared_with_grpo_seed_by_seed(tmp_path):
     assert "| vict | 3 | 0.450 | +0.075 [+0.000, +0.150] | 0.600 | 0.300 | 0.500 |" in table
     assert ("| vict | +0.200 [+0.200, +0.200] | +0.100 [+0.100, +0.100] "
             "| +0.200 [+0.200, +0.200] |") in table  # final greedy, sampled, greedy on pick
-    assert "| vict | 0.500 | - | - | 3.500 | - | - | - | 1.000 |" in table  # s / update
+    assert "| vict | 0.500 | - | - | 4.000 | - | - | - | 1.000 |" in table  # s / update
 
 
 def test_the_credit_placement_experiment_runs(capsys):
