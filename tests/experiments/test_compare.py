@@ -14,37 +14,36 @@ from experiments import compare
 
 
 @pytest.mark.slow
-def test_the_comparison_runs_and_reports_what_finished(capsys, tmp_path):
+def test_the_comparison_runs_resumes_from_its_records_and_reports_what_finished(capsys,
+                                                                                 tmp_path):
     # the script is the same for every arm; the budget-matched one also runs the ProVer arm it
     # takes its group sizes from
-    compare.main(["--smoke", "--runs", str(tmp_path), "--seeds", "0",
-                  "--arms", "grpo-budget-matched"])
+    args = ["--smoke", "--study", "powered", "--runs", str(tmp_path), "--seeds", "0"]
+    compare.main([*args, "--arms", "grpo-budget-matched"])
     table = capsys.readouterr().out
     assert "| prover | 1 |" in table and "| grpo-budget-matched | 1 |" in table
-    records = tmp_path / "records"
-    assert (records / "sft" / "model" / "model.safetensors").exists()
-    for run in ("sft", "prover-seed0", "grpo-budget-matched-seed0"):  # the records are enough
-        shutil.rmtree(tmp_path / run)
-    compare.main(["--smoke", "--runs", str(tmp_path), "--seeds", "0",
-                  "--arms", "grpo-budget-matched"])
-    assert capsys.readouterr().out == table and not (tmp_path / "prover-seed0").exists()
+    records, start = tmp_path / "records", compare.STUDIES["powered"].start.name
+    assert (records / start / "model" / "model.safetensors").exists()
+    assert (tmp_path / "powered" / "prover-seed0" / "checkpoints").exists()
+    final = json.loads((records / "prover-seed0" / compare.FINAL_EVAL).read_text())
+    assert {compare.SUCCESS, compare.SAMPLED_SUCCESS} <= set(final)
+    for run in (start, "powered/prover-seed0", "powered/grpo-budget-matched-seed0"):
+        shutil.rmtree(tmp_path / run)  # the records are enough
+    compare.main([*args, "--arms", "grpo-budget-matched"])
+    assert capsys.readouterr().out == table
+    assert not (tmp_path / "powered" / "prover-seed0").exists()
     (records / "grpo-budget-matched-seed0" / "metrics.jsonl").unlink()  # as if never run
-    compare.main(["--smoke", "--report", "--runs", str(tmp_path), "--seeds", "0", "1"])
+    compare.main([*args, "1", "--report"])
     table = capsys.readouterr().out
     assert "| prover | 1 |" in table and "grpo-budget-matched" not in table
 
 
-@pytest.mark.slow
-def test_the_powered_comparison_records_a_final_evaluation_of_each_run(capsys, tmp_path):
-    compare.main(["--smoke", "--study", "powered", "--runs", str(tmp_path), "--seeds", "0",
-                  "--arms", "grpo"])
-    assert "| grpo | 1 |" in capsys.readouterr().out
-    records = tmp_path / "records"
-    assert (records / "sft-recovery2" / "model" / "model.safetensors").exists()
-    assert (tmp_path / "powered" / "grpo-seed0" / "checkpoints").exists()
-    final = json.loads((records / "grpo-seed0" / compare.FINAL_EVAL).read_text())
-    assert {compare.SUCCESS, compare.SAMPLED_SUCCESS} <= set(final)
-    assert compare.finished(records / "grpo-seed0", compare.STUDIES["powered"].record_files)
+def test_the_first_comparisons_summary_is_its_records_summarized(capsys):
+    study = compare.STUDIES["first"]
+    compare.main(["--smoke", "--report", "--records", str(study.records)])
+    committed = json.loads(study.summary.read_text())
+    assert capsys.readouterr().out == compare.table(committed["arms"],
+                                                    committed["start_success"]) + "\n"
 
 
 def write_metrics(run_dir, rows):
