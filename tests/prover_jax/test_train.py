@@ -48,6 +48,8 @@ from prover_jax.trainer import (
 def test_train_runs_and_resumes(tmp_path):
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
     cfg, params = tiny_model(len(tokenizer))
+    # A random model rarely succeeds, so the outcome advantage may be 0 everywhere; the k1 KL
+    # term's gradient at the reference is not, so the first step moves the params for certain.
     config = TrainConfig(credit="prover+vict", steps=1, groups=2, group_size=2, max_actions=2,
                          workers=1, run_dir=str(tmp_path), host=HostOptions(continuations=2),
                          sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
@@ -55,7 +57,7 @@ def test_train_runs_and_resumes(tmp_path):
                          evaluation=EvalConfig(tasks=2, samples=2),
                          learner=LearnerConfig(optimizer=OptimizerConfig(learning_rate=1e-3),
                                                compute_dtype="float32",
-                                               loss=LossConfig(kl_coef=0.05)))
+                                               loss=LossConfig(kl_coef=0.05, kl_estimator="k1")))
     lines = []
     first = train(config, cfg, params, tokenizer, log=lines.append)
     assert [row["step"] for row in first] == [0]
@@ -78,7 +80,7 @@ def test_train_runs_and_resumes(tmp_path):
     assert "credit/prover/eligible_groups" in row and row["episode/overflow"] == 0
     # the learner's first look at the sampled streams: same params, so only float rounding
     assert row["learner/behaviour_gap"] < 1e-4 and row["learner/behaviour_kl"] < 1e-7
-    assert row["learner/kl"] < 1e-9  # the KL term's reference is the starting model
+    assert abs(row["learner/kl"]) < 1e-6  # the KL term's reference is the starting model
     assert set(k for k in row if k.startswith("time/")) == {
         "time/rollout_s", "time/credit_s", "time/learner_s", "time/checkpoint_s", "time/eval_s"}
     assert json.loads((tmp_path / "config.json").read_text())["credit"] == "prover+vict"
@@ -104,7 +106,8 @@ def test_train_runs_and_resumes(tmp_path):
     more = train(TrainConfig(**{**config.__dict__, "steps": 2}), cfg, params, tokenizer,
                  log=lines.append)
     assert [row["step"] for row in more] == [1]
-    assert more[0]["learner/kl"] > 1e-7  # resumed against the same reference, one update away
+    # resumed against the same reference (the starting model), one update away from it
+    assert abs(more[0]["learner/kl"]) > 1e-3
     assert lines[0] == f"resumed from {tmp_path}: 1 of 2 steps done"
     assert lines[1].startswith("step 2/2: compiling the programs first")
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
