@@ -27,6 +27,7 @@ def test_the_comparison_runs_resumes_from_its_records_and_reports_what_finished(
     assert (tmp_path / "powered" / "prover-seed0" / "checkpoints").exists()
     final = json.loads((records / "prover-seed0" / compare.FINAL_EVAL).read_text())
     assert {compare.SUCCESS, compare.SAMPLED_SUCCESS} <= set(final)
+    assert compare.finished(records / "prover-seed0", compare.STUDIES["powered"].record_files)
     for run in (start, "powered/prover-seed0", "powered/grpo-budget-matched-seed0"):
         shutil.rmtree(tmp_path / run)  # the records are enough
     compare.main([*args, "--arms", "grpo-budget-matched"])
