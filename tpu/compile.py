@@ -19,7 +19,9 @@ A step's peak is the larger of two phases: the learner's step, and the rollout (
 state, which stays resident, plus the sampler's largest program). It fits when that peak is
 within `tpu.plan.HEADROOM` of the chip's memory; when it does not, the nearest setup the planner
 expects to fit (remat, more micro-batches, a model split, fewer sampler rows) is compiled and
-shown too.
+shown too. The compiler spends memory it has to spare, and its temporaries count more than it
+holds to the chip's memory, so this verdict is conservative; `learner_program` and
+`sampler_programs` can hold it to a smaller figure (`hbm_limit`) to test whether it fits there.
 
 Time: analytic FLOPs (`tpu.roofline`: matmuls, 2 per multiply-add) against the chip's published
 bf16 peak and HBM bandwidth (`tpu.roofline.CHIPS`) give a roofline lower bound on the learner
@@ -152,12 +154,18 @@ def needed_bytes(message: str) -> int | None:
     return None
 
 
-def _program(name: str, lowered) -> Program:
+def held_to(hbm_limit: int | None) -> dict[str, str]:
+    """The TPU compiler's options that hold a program to `hbm_limit` bytes of HBM per device
+    (None: the chip's own)."""
+    return {} if hbm_limit is None else {"xla_tpu_max_hbm_size_mib": str(hbm_limit // 2**20)}
+
+
+def _program(name: str, lowered, hbm_limit: int | None = None) -> Program:
     import jax
 
     start = time.perf_counter()
     try:
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=held_to(hbm_limit))
     except jax.errors.JaxRuntimeError as error:
         needed = needed_bytes(str(error))
         if needed is None:
@@ -206,16 +214,17 @@ def abstract_train_batch(rows: int, length: int, sharding):
     return TrainBatch(batch, spec(grid, jnp.float32), spec(grid, jnp.float32))
 
 
-def learner_program(setup: Setup, mesh) -> tuple[Program, int]:
-    """The compiled train step, and the bytes per device of the state it keeps."""
+def learner_program(setup: Setup, mesh, hbm_limit: int | None = None) -> tuple[Program, int]:
+    """The compiled train step (held to `hbm_limit` bytes per device, if given), and the bytes
+    per device of the state it keeps."""
     from prover_jax.learner import Learner
     from tpu.mesh import row_sharding
 
     learner = Learner(setup.cfg, setup.learner_config(), mesh)
     state = learner.abstract_state()
     batch = abstract_train_batch(setup.work.rows, setup.work.length, row_sharding(mesh))
-    return (_program("learner step", learner.compiled_step(None).lower(state, batch)),
-            shard_bytes(state))
+    lowered = learner.compiled_step(None).lower(state, batch)
+    return _program("learner step", lowered, hbm_limit), shard_bytes(state)
 
 
 def reshard_program(setup: Setup, mesh) -> Program:
@@ -245,8 +254,9 @@ def sampler_mesh(setup: Setup, devices: Sequence):
     return build_mesh(MeshConfig(), devices[:1])
 
 
-def sampler_programs(setup: Setup, mesh) -> list[Program]:
-    """A host's prefill of its groups' prompts and one turn of generation."""
+def sampler_programs(setup: Setup, mesh, hbm_limit: int | None = None) -> list[Program]:
+    """A host's prefill of its groups' prompts and one turn of generation (each held to
+    `hbm_limit` bytes per device, if given)."""
     import jax
     import jax.numpy as jnp
 
@@ -287,7 +297,8 @@ def sampler_programs(setup: Setup, mesh) -> list[Program]:
         max_new_tokens=spec((), jnp.int32), stop_tokens=spec((1,), jnp.int32),
         temperature=spec((), jnp.float32), top_k=spec((), jnp.int32),
         top_p=spec((), jnp.float32), pad_id=0)
-    return [_program("sampler prefill", prefill), _program("sampler turn", generate)]
+    return [_program("sampler prefill", prefill, hbm_limit),
+            _program("sampler turn", generate, hbm_limit)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -156,6 +156,21 @@ def test_memory_within_the_plans_band(report):
     assert "**fits**" in text and "| learner step |" in text and "MFU <=" in text
 
 
+def test_held_to_a_figure_the_compiler_fits_in_it_or_says_what_it_needs():
+    """`hbm_limit` holds the compiler to a figure (as `bench/plan.py` holds it to the plan's):
+    within the plan's learner lines the step compiles; within 1 MiB, less than its arguments,
+    it runs out of memory and says how much it needed."""
+    setup = tpu_compile.Setup("qwen3", SMALL["qwen3"], topology.parse_slice("v5e:2x2"),
+                              MeshConfig(fsdp=-1), WORK)
+    mesh = build_mesh(setup.mesh, topology.devices(setup.slice))
+    planned = plan.plan(setup.cfg, setup.mesh, 4, WORK)
+    limit = int(sum(planned[name] for name in plan.LEARNER_LINES))
+    within, state = tpu_compile.learner_program(setup, mesh, hbm_limit=limit)
+    assert not within.exhausted and within.argument >= state > 2**20
+    short, _ = tpu_compile.learner_program(setup, mesh, hbm_limit=2**20)
+    assert short.exhausted > 2**20 and short.temp == 0
+
+
 def test_collectives_are_read_from_the_hlo():
     hlo = """
   %all-gather-start.1 = (bf16[8,256]{1,0}, bf16[32,256]{1,0}) all-gather-start(%p), dims={0}

@@ -117,7 +117,9 @@ def test_the_plan_is_within_its_band_of_the_tpu_compiler():
     """Every preset's learner, sampler and step lines against the TPU compiler's memory of the
     same programs, as `bench/plan.py` recorded it (bench/results/plan.json): the plan may not
     promise less than the compiler needs, nor more than `plan.BAND` times it, except where
-    `bench/plan.py` lists the compiler's chip-specific excess (and there by at most 20%)."""
+    `bench/plan.py` lists a line outside the band. Where the compiler's memory analysis counts
+    more than the plan, the compiler was held to the plan's figure and fitted the programs in
+    it; no line is below 0.8 of the analysis even so."""
     from bench import plan as bench_plan
 
     recorded = json.loads((bench_plan.RESULTS).read_text())["results"]["measured"]
@@ -127,9 +129,12 @@ def test_the_plan_is_within_its_band_of_the_tpu_compiler():
     outside = {}
     for case in cases:
         row = bench_plan.compare(case, recorded[case.key])
+        assert not bench_plan.short(case, recorded[case.key]), case.key  # all held, if short
+        for part, record in recorded[case.key].get("held", {}).items():
+            assert record["limit"] == int(bench_plan.planned(case)[part])
         for part in ("learner", "sampler", "step"):
             ratio = row[f"{part}_ratio"]
             assert ratio >= 0.8, (case.key, part, ratio)
-            if not 1.0 <= ratio <= plan.BAND:
+            if not bench_plan.in_band(row, part):
                 outside.setdefault(case.key, set()).add(part)
     assert outside == {key: set(parts) for key, parts in bench_plan.OUTSIDE_BAND.items()}
