@@ -4,7 +4,8 @@ Each setup (a preset on a Cloud TPU slice, its mesh over every chip, the workloa
 ahead of time by `tpu.compile` for the slice's devices (libtpu; no TPU needed): the learner's
 train step, the learner -> sampler reshard, and the sampler's prefill and turn. The compiler's
 per-device memory of each program is recorded, and the planner's lines are set beside it:
-plan / compiler above 1 is conservative; `tpu.plan.BAND` is the most it may be.
+plan / compiler above 1 is conservative; `tpu.plan.BAND` is the most it may be. The compiler's
+own peak of live bytes is recorded too, and the plan set beside it (plan / live peak).
 
 Compiling takes minutes per setup on a CPU, so every finished setup is written to
 bench/results/plan.json as it completes, a rerun skips the setups already there, and
@@ -123,7 +124,8 @@ def compare(case: Case, measured: dict) -> dict:
 
     "{part}_ratio" is plan / the compiler's memory analysis. "{part}_checked" is the same with
     the analysis replaced by the plan's own figure where the compiler, held to that figure,
-    fitted the program in it (`held`): what the band is checked on."""
+    fitted the program in it (`held`): what the band is checked on. "{part}_live" is plan / the
+    compiler's own peak of live bytes (None where not recorded)."""
     setup = setup_of(case)
     planned_bytes = planned(case)
     programs = measured["programs"]
@@ -131,18 +133,21 @@ def compare(case: Case, measured: dict) -> dict:
     fitted = {part for part, record in measured.get("held", {}).items() if record["fits"]}
     confirmed = {part: min(analysed[part], planned_bytes[part]) if part in fitted
                  else analysed[part] for part in PARTS}
+    live = {part: max(programs[n].get("live", 0) for n in names) for part, names in PARTS.items()}
     reshard = programs["learner -> sampler"]
 
-    def step(memory: dict[str, int]) -> int:
-        return max(memory["learner"], measured["state"] + max(
-            memory["sampler"], reshard["output"] + reshard["temp"]))
+    def step(memory: dict[str, int], resharded: int) -> int:
+        return max(memory["learner"], measured["state"] + max(memory["sampler"], resharded))
 
-    analysed["step"], confirmed["step"] = step(analysed), step(confirmed)
+    analysed["step"] = step(analysed, reshard["output"] + reshard["temp"])
+    confirmed["step"] = step(confirmed, reshard["output"] + reshard["temp"])
+    live["step"] = step(live, reshard.get("live", 0) - reshard["argument"])
     row = {"case": case.key, "chip": setup.slice.family}
     for part in ("learner", "sampler", "step"):
         row[f"{part}_gib"] = analysed[part] / plan.GiB
         row[f"{part}_ratio"] = planned_bytes[part] / analysed[part]
         row[f"{part}_checked"] = planned_bytes[part] / confirmed[part]
+        row[f"{part}_live"] = planned_bytes[part] / live[part] if all(live.values()) else None
     return {**row, "held": sorted(fitted),
             "compiler_fits": plan.fits(analysed["step"], setup.slice.family),
             "plan_fits": plan.fits(planned_bytes["step"], setup.slice.family),
@@ -167,6 +172,11 @@ HELD_NOTE = ("\\* The compiler's memory analysis counts more than the plan; held
              "plan's figure, the compiler fits the program(s) in it.")
 
 
+LIVE_NOTE = ("Live peak: the compiler's own peak of live bytes per device "
+             "(`peak_memory_in_bytes`), arguments included; below its memory analysis, and "
+             "about what it needs when held to a smaller figure (bench/RESULTS.md).")
+
+
 def _ratio(row: dict, part: str) -> str:
     ratio = row[f"{part}_ratio"]
     return f"{ratio:.2f}{' *' if ratio < 1.0 and in_band(row, part) else ''}"
@@ -174,14 +184,17 @@ def _ratio(row: dict, part: str) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [("| model, slice, mesh, rows x tokens | learner GiB | plan / compiler | "
-              "sampler GiB | plan / compiler | step GiB | plan / compiler | fits (compiler, "
-              "plan) |"), "|---|---:|---:|---:|---:|---:|---:|---|"]
+              "sampler GiB | plan / compiler | step GiB | plan / compiler | plan / live peak "
+              "(learner, sampler, step) | fits (compiler, plan) |"),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         verdict = f"{'yes' if r['compiler_fits'] else 'no'}, {'yes' if r['plan_fits'] else 'no'}"
+        live = ", ".join("-" if r[f"{part}_live"] is None else f"{r[f'{part}_live']:.2f}"
+                         for part in ("learner", "sampler", "step"))
         lines.append(f"| {r['case']} | {r['learner_gib']:.2f} | {_ratio(r, 'learner')} | "
                      f"{r['sampler_gib']:.2f} | {_ratio(r, 'sampler')} | {r['step_gib']:.2f} | "
-                     f"{_ratio(r, 'step')} | {verdict} |")
-    return "\n".join([*lines, "", HELD_NOTE])
+                     f"{_ratio(r, 'step')} | {live} | {verdict} |")
+    return "\n".join([*lines, "", HELD_NOTE, "", LIVE_NOTE])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -156,19 +156,28 @@ def test_memory_within_the_plans_band(report):
     assert "**fits**" in text and "| learner step |" in text and "MFU <=" in text
 
 
-def test_held_to_a_figure_the_compiler_fits_in_it_or_says_what_it_needs():
-    """`hbm_limit` holds the compiler to a figure (as `bench/plan.py` holds it to the plan's):
-    within the plan's learner lines the step compiles; within 1 MiB, less than its arguments,
-    it runs out of memory and says how much it needed."""
+def test_where_the_analysis_is_above_the_chip_the_compiler_is_held_to_it(monkeypatch):
+    """Where the memory analysis puts a step above the chip's usable memory (here forced),
+    `check` compiles every program again held to the memory it will have (`hbm_limit`): the
+    learner to the usable memory, the rollout's programs to what the learner's state leaves.
+    On a real v5e chip they all fit, so the step fits; on a chip with 1 MiB beside the state,
+    each runs out of memory and says how much it needed."""
     setup = tpu_compile.Setup("qwen3", SMALL["qwen3"], topology.parse_slice("v5e:2x2"),
                               MeshConfig(fsdp=-1), WORK)
-    mesh = build_mesh(setup.mesh, topology.devices(setup.slice))
-    planned = plan.plan(setup.cfg, setup.mesh, 4, WORK)
-    limit = int(sum(planned[name] for name in plan.LEARNER_LINES))
-    within, state = tpu_compile.learner_program(setup, mesh, hbm_limit=limit)
-    assert not within.exhausted and within.argument >= state > 2**20
-    short, _ = tpu_compile.learner_program(setup, mesh, hbm_limit=2**20)
-    assert short.exhausted > 2**20 and short.temp == 0
+    monkeypatch.setattr(plan, "fits", lambda total, chip: False)
+    said = []
+    report = tpu_compile.check(setup, echo=said.append)
+    assert not report.analysis_fits and report.fits
+    assert [p.name for p in report.held] == [p.name for p in report.programs]
+    learner = report.held[0]
+    assert not learner.exhausted and learner.argument >= report.state > 2**20
+    assert learner.live >= learner.argument  # its own peak of live bytes holds the arguments
+    assert "**fits**" in said[0] and "it fits every program" in said[0] and len(said) == 1
+
+    monkeypatch.setattr(plan, "HEADROOM", (report.state + 2**20) / setup.chip.hbm_bytes)
+    short = tpu_compile.held_to_chip(report)
+    assert not short.fits and all(p.exhausted > 2**20 and p.temp == 0 for p in short.held)
+    assert "runs out of memory: learner step needs" in tpu_compile.render(short)
 
 
 def test_collectives_are_read_from_the_hlo():
