@@ -19,10 +19,10 @@ planner's lines beside it (`tpu.plan`). A step's peak is the larger of two phase
 learner's step, and the rollout (the learner's state, which stays resident, plus the sampler's
 largest program). It fits when that peak is within `tpu.plan.HEADROOM` of the chip's memory.
 The compiler spends memory it has to spare, and its memory analysis counts more than it needs,
-so where that peak is above the chip's, every program is compiled again held to the memory it
-will have (`held_to_chip`, the compiler's `hbm_limit`), and the step fits if they all do. When
-it does not fit, the nearest setup the planner expects to fit (remat, more micro-batches, a
-model split, fewer sampler rows) is compiled and shown too.
+so where it puts a phase above the chip, that phase's programs are compiled again held to the
+memory they will have (`held_to_chip`, the compiler's `hbm_limit`), and the step fits if they
+all do. When it does not fit, the nearest setup the planner expects to fit (remat, more
+micro-batches, a model split, fewer sampler rows) is compiled and shown too.
 
 Time: analytic FLOPs (`tpu.roofline`: matmuls, 2 per multiply-add) against the chip's published
 bf16 peak and HBM bandwidth (`tpu.roofline.CHIPS`) give a roofline lower bound on the learner
@@ -364,11 +364,12 @@ def compile_setup(setup: Setup, devices: Sequence | None = None) -> Report:
 
 
 def held_to_chip(report: Report, devices: Sequence | None = None) -> Report:
-    """`report` with its programs compiled again, each held to the memory it will have on the
-    chip: `plan.HEADROOM` of it for the learner's step; that less the learner's resident state
-    for the sampler's programs and the reshard (which run beside it; the reshard's arguments
-    are that state's params). The memory analysis counts more than the compiler needs
-    (bench/RESULTS.md), so a step it puts above the chip may still fit: this asks the compiler."""
+    """`report` with the programs of each phase its memory analysis puts above the chip compiled
+    again, held to the memory they will have there: `plan.HEADROOM` of it for the learner's
+    step; that less the learner's resident state for the rollout's (the reshard, whose
+    arguments are that state's params, and the sampler's programs, which run beside it). The
+    memory analysis counts more than the compiler needs (bench/RESULTS.md), so a step it puts
+    above the chip may still fit: this asks the compiler."""
     from tpu.mesh import build_mesh
 
     setup = report.setup
@@ -378,10 +379,13 @@ def held_to_chip(report: Report, devices: Sequence | None = None) -> Report:
     if beside <= 0:
         return report
     mesh = build_mesh(setup.mesh, devices)
-    reshard = report.program("learner -> sampler")
-    held = (learner_program(setup, mesh, usable)[0],
-            reshard_program(setup, mesh, beside + reshard.argument),
-            *sampler_programs(setup, sampler_mesh(setup, devices), beside))
+    held = ()
+    if not plan.fits(report.learner_peak, setup.slice.family):
+        held += (learner_program(setup, mesh, usable)[0],)
+    if not plan.fits(report.rollout_peak, setup.slice.family):
+        reshard = report.program("learner -> sampler")
+        held += (reshard_program(setup, mesh, beside + reshard.argument),
+                 *sampler_programs(setup, sampler_mesh(setup, devices), beside))
     return dataclasses.replace(report, held=held)
 
 
@@ -490,8 +494,8 @@ def _held_words(report: Report) -> str:
     if not report.held:
         return ""
     beside = plan.HEADROOM * report.setup.chip.hbm_bytes - report.state
-    held_to = (f"held to that (the learner) and to {beside / GiB:.2f} GiB beside the learner's "
-               "state (the rollout's programs)")
+    held_to = (f"held to the memory each has there ({', '.join(p.name for p in report.held)}; "
+               f"the rollout's {beside / GiB:.2f} GiB beside the learner's state)")
     short = [f"{p.name} needs {p.exhausted / GiB:.2f} GiB" for p in report.held if p.exhausted]
     if short:
         return f"; {held_to}, the compiler runs out of memory: {', '.join(short)}"

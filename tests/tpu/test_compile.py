@@ -157,27 +157,29 @@ def test_memory_within_the_plans_band(report):
 
 
 def test_where_the_analysis_is_above_the_chip_the_compiler_is_held_to_it(monkeypatch):
-    """Where the memory analysis puts a step above the chip's usable memory (here forced),
-    `check` compiles every program again held to the memory it will have (`hbm_limit`): the
-    learner to the usable memory, the rollout's programs to what the learner's state leaves.
-    On a real v5e chip they all fit, so the step fits; on a chip with 1 MiB beside the state,
-    each runs out of memory and says how much it needed."""
+    """Where the memory analysis puts a phase of the step above the chip's usable memory (here
+    the rollout, forced), its programs are compiled again held to the memory they will have
+    (`hbm_limit`): what the learner's state leaves of the usable memory. On a real v5e chip
+    they fit, so the step fits; with 1 MiB beside the state, each runs out of memory and says
+    how much it needed."""
     setup = tpu_compile.Setup("qwen3", SMALL["qwen3"], topology.parse_slice("v5e:2x2"),
                               MeshConfig(fsdp=-1), WORK)
-    monkeypatch.setattr(plan, "fits", lambda total, chip: False)
-    said = []
-    report = tpu_compile.check(setup, echo=said.append)
-    assert not report.analysis_fits and report.fits
-    assert [p.name for p in report.held] == [p.name for p in report.programs]
-    learner = report.held[0]
-    assert not learner.exhausted and learner.argument >= report.state > 2**20
+    report = tpu_compile.compile_setup(setup)
+    learner = report.program("learner step")
     assert learner.live >= learner.argument  # its own peak of live bytes holds the arguments
-    assert "**fits**" in said[0] and "it fits every program" in said[0] and len(said) == 1
+    assert report.rollout_peak > report.learner_peak
+    monkeypatch.setattr(plan, "fits", lambda total, chip: total <= report.learner_peak)
+    held = tpu_compile.held_to_chip(report)
+    assert not held.analysis_fits and held.fits
+    assert [p.name for p in held.held] == ["learner -> sampler", "sampler prefill",
+                                           "sampler turn"]
+    assert "**fits**" in tpu_compile.render(held)
+    assert "it fits every program" in tpu_compile.render(held)
 
     monkeypatch.setattr(plan, "HEADROOM", (report.state + 2**20) / setup.chip.hbm_bytes)
     short = tpu_compile.held_to_chip(report)
     assert not short.fits and all(p.exhausted > 2**20 and p.temp == 0 for p in short.held)
-    assert "runs out of memory: learner step needs" in tpu_compile.render(short)
+    assert "runs out of memory: learner -> sampler needs" in tpu_compile.render(short)
 
 
 def test_collectives_are_read_from_the_hlo():
