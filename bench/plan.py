@@ -173,8 +173,9 @@ HELD_NOTE = ("\\* The compiler's memory analysis counts more than the plan; held
 
 
 LIVE_NOTE = ("Live peak: the compiler's own peak of live bytes per device "
-             "(`peak_memory_in_bytes`), arguments included; below its memory analysis, and "
-             "about what it needs when held to a smaller figure (bench/RESULTS.md).")
+             "(`peak_memory_in_bytes`), arguments included; at these sizes at or below its memory "
+             "analysis, and about what it needs when held to a smaller figure "
+             "(bench/RESULTS.md).")
 
 
 def _ratio(row: dict, part: str) -> str:

@@ -337,6 +337,11 @@ class Report:
         return max(self.learner_peak, self.rollout_peak)
 
     @property
+    def usable(self) -> int:
+        """Bytes per device a step may fill: `plan.HEADROOM` of the chip's memory."""
+        return int(plan.HEADROOM * self.setup.chip.hbm_bytes)
+
+    @property
     def analysis_fits(self) -> bool:
         """Whether the memory analysis's peak is within the chip's usable memory."""
         return plan.fits(self.peak, self.setup.slice.family)
@@ -374,7 +379,7 @@ def held_to_chip(report: Report, devices: Sequence | None = None) -> Report:
 
     setup = report.setup
     devices = topology.devices(setup.slice) if devices is None else list(devices)
-    usable = int(plan.HEADROOM * setup.chip.hbm_bytes)
+    usable = report.usable
     beside = usable - report.state
     if beside <= 0:
         return report
@@ -480,9 +485,8 @@ def render(report: Report) -> str:
     roofline."""
     chip = report.setup.chip
     unit, size = ("GiB", GiB) if report.peak >= GiB else ("MiB", 2**20)
-    usable = plan.HEADROOM * chip.hbm_bytes
     verdict = (f"**{'fits' if report.fits else 'does NOT fit'}**: peak "
-               f"{report.peak / GiB:.2f} GiB of {usable / GiB:.2f} GiB usable "
+               f"{report.peak / GiB:.2f} GiB of {report.usable / GiB:.2f} GiB usable "
                f"({plan.HEADROOM:.0%} of {chip.name}'s {chip.hbm_bytes / GiB:.2f} GiB)"
                f"{_held_words(report)}")
     return "\n".join([report.setup.describe(), "", *_memory_lines(report, unit, size), "",
@@ -493,9 +497,10 @@ def render(report: Report) -> str:
 def _held_words(report: Report) -> str:
     if not report.held:
         return ""
-    beside = plan.HEADROOM * report.setup.chip.hbm_bytes - report.state
-    held_to = (f"held to the memory each has there ({', '.join(p.name for p in report.held)}; "
-               f"the rollout's {beside / GiB:.2f} GiB beside the learner's state)")
+    names = [p.name for p in report.held]
+    rollout = ("" if names == ["learner step"] else f"; the rollout's "
+               f"{(report.usable - report.state) / GiB:.2f} GiB beside the learner's state")
+    held_to = f"held to the memory each has there ({', '.join(names)}{rollout})"
     short = [f"{p.name} needs {p.exhausted / GiB:.2f} GiB" for p in report.held if p.exhausted]
     if short:
         return f"; {held_to}, the compiler runs out of memory: {', '.join(short)}"
