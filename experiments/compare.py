@@ -64,7 +64,7 @@ import envs
 from envs.pool import EnvPool
 from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
-from prover_jax.evaluate import MAX_SLOTS
+from prover_jax.evaluate import MAX_SLOTS, eval_slots
 from prover_jax.plot import read_metrics
 from prover_jax.sft import SftConfig
 from prover_jax.sft_trainer import sft
@@ -91,7 +91,7 @@ FINAL_EVAL = "final_eval.json"  # in a powered run's record: `final_evaluation`
 # A smoke SFT starts from a tiny model of its own, never from a recorded one.
 SMOKE_SFT = ["init=null", "steps=2", "learner.optimizer.warmup_steps=1", "demonstrations=4",
              "heldout=2", "batch_size=2", "eval_every=0", "evaluation.tasks=2",
-             "tiny.vocab_size=256", "tiny.hidden_size=32", "tiny.layers=1",
+             "evaluation.max_actions=2", "tiny.vocab_size=256", "tiny.hidden_size=32", "tiny.layers=1",
              "tiny.intermediate_size=64", "tiny.head_dim=8", "tiny.tokenizer_episodes=5"]
 SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=1",
             "evaluation.tasks=2", "evaluation.samples=0", "sampling.max_new_tokens=4",
@@ -195,7 +195,8 @@ def final_evaluation(config: TrainConfig, samples: int) -> dict[str, float]:
     config = dataclasses.replace(
         config, chat=run_directories.stored_chat(config.run_dir),
         evaluation=dataclasses.replace(config.evaluation, samples=samples))
-    with EnvPool(config.env, MAX_SLOTS, config.workers) as pool:
+    slots = eval_slots(config.evaluation.tasks or MAX_SLOTS, samples)
+    with EnvPool(config.env, slots, config.workers) as pool:
         return held_out(config, pool, params, cfg, tokenizer, envs.make(config.env))
 
 

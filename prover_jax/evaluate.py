@@ -44,6 +44,12 @@ from prover_jax.settings import EvalConfig, chat_with
 MAX_SLOTS = 64  # episodes an evaluation keeps in flight at most
 
 
+def eval_slots(tasks: int, samples: int) -> int:
+    """Episodes an evaluation of `tasks` tasks keeps in flight: one per episode of its larger
+    mode (greedy: one per task; sampled: `samples` per task), at most `MAX_SLOTS`."""
+    return min(tasks * max(samples, 1), MAX_SLOTS)
+
+
 def eval_split(env: envs.Env, split: str | None = None) -> str:
     """`split` checked against the environment's, or its held-out one: "eval", else
     "test", else its last split."""
@@ -123,8 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from prover_jax.rollout import ScriptedPolicy
 
     tasks = env.tasks(config.split)[: config.tasks]
-    with EnvPool(name, min(len(tasks) * max(config.samples, 1), MAX_SLOTS),
-                 args.workers) as pool:
+    with EnvPool(name, eval_slots(len(tasks), config.samples), args.workers) as pool:
         if model is None:
             policy = ScriptedPolicy(0.0 if args.expert else 1.0)
             mode = "expert" if args.expert else "random"
