@@ -11,7 +11,9 @@ import os
 import pickle
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+from tests.tpu import one_device_per_process
+
+os.environ["XLA_FLAGS"] = one_device_per_process(os.environ.get("XLA_FLAGS", ""))
 
 
 def main(process_id: int, processes: int, port: int, batches_file: str, out: str) -> None:

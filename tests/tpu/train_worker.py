@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+from tests.tpu import one_device_per_process
+
+os.environ["XLA_FLAGS"] = one_device_per_process(os.environ.get("XLA_FLAGS", ""))
 
 from tests.tpu import parity_env  # noqa: F401 (registers the environment, in pool workers too)
 
