@@ -58,15 +58,6 @@ CASES = ([Case(m, "v5e-8") for m in ("qwen3-0.6b", "qwen2.5-1.5b", "qwen3.5-2b")
          + [Case("qwen3-0.6b", "v5e-8", work=dataclasses.replace(
              PAPERS, rows=32, micro_batches=4, prompt=1536, sampler_rows=32)),
             Case("qwen3.5-2b", "v6e-8"), Case("qwen2.5-1.5b", "v5p-16")])
-
-
-# Where the plan lies outside its band, and why. (Where the compiler's memory analysis counts
-# more than the plan, the compiler is held to the plan's figure instead: see `held`.)
-OUTSIDE_BAND = {
-    "qwen2.5-1.5b v5p-16 data=1,fsdp=-1,model=1 128x2560": {
-        "sampler": "the plan counts a turn's new-token internals beside the decode loop's copy "
-                   "of the cache; v5p's compiler frees them first (1% above the band)"},
-}
 PARTS = {"learner": ("learner step",), "sampler": ("sampler prefill", "sampler turn")}
 
 
@@ -130,7 +121,7 @@ def compare(case: Case, measured: dict) -> dict:
     planned_bytes = planned(case)
     programs = measured["programs"]
     analysed = {part: max(programs[n]["peak"] for n in names) for part, names in PARTS.items()}
-    fitted = {part for part, record in measured.get("held", {}).items() if record["fits"]}
+    fitted = held_to_plan(measured, planned_bytes)
     confirmed = {part: min(analysed[part], planned_bytes[part]) if part in fitted
                  else analysed[part] for part in PARTS}
     live = {part: max(programs[n].get("live", 0) for n in names) for part, names in PARTS.items()}
@@ -154,11 +145,17 @@ def compare(case: Case, measured: dict) -> dict:
             "exhausted": any(p["exhausted"] for p in programs.values())}
 
 
+def held_to_plan(measured: dict, planned_bytes: dict[str, float]) -> set[str]:
+    """The parts the compiler fitted when held to the plan's figure as it is now, or less."""
+    return {part for part, record in measured.get("held", {}).items()
+            if record["fits"] and record["limit"] <= planned_bytes[part]}
+
+
 def short(case: Case, measured: dict) -> list[str]:
     """The parts whose memory analysis exceeds the plan and that were not yet held to it."""
     row = compare(case, measured)
     return [part for part in PARTS
-            if row[f"{part}_ratio"] < 1.0 and part not in measured.get("held", {})]
+            if row[f"{part}_ratio"] < 1.0 and part not in held_to_plan(measured, planned(case))]
 
 
 def in_band(row: dict, part: str) -> bool:

@@ -233,11 +233,18 @@ def cache_row_bytes(cfg: QwenConfig, work: Workload, model: int, slots: int | No
     attention = cfg.num_full * slots * slot_bytes(cfg, work, model)
     linear = 0.0
     if cfg.num_linear:
-        heads = _split(cfg.linear_num_value_heads, model)
-        state = heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
         history = (cfg.linear_conv_kernel - 1) * _split(cfg.linear_conv_dim, model) * sb
-        linear = cfg.num_linear * (state + history)
+        linear = cfg.num_linear * (state_bytes(cfg, model) + history)
     return attention + linear
+
+
+def state_bytes(cfg: QwenConfig, model: int) -> float:
+    """One Gated DeltaNet layer's float32 state [heads, dk, dv] of one row, on one device of a
+    `model`-way split (0 without such layers)."""
+    if not cfg.num_linear:
+        return 0.0
+    heads = _split(cfg.linear_num_value_heads, model)
+    return heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4.0
 
 
 def cache_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str, int], hosts: int = 1
@@ -294,12 +301,15 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
       float32 arrays of a query block's scores (the TPU compiler's count), and one
       full-attention layer's prompt slots gathered whole and copied into every row, layer by
       layer, in place.
-    - A turn (`sampler.compiled_generate`): a copy of the cache the decode loop carries (in
-      the layout the TPU compiler picks for it), the projections it lays out anew
-      (`relaid_bytes`), the weights of the tile running and the next (`tile_bytes`), one layer's
-      internals for the turn's new tokens with one float32 copy of a query block's scores
-      (their softmax is fused), and the sampling's float32 logits (the logits, their sort,
-      cumulative sum and probabilities, about 5 [B, V]).
+    - A turn (`sampler.compiled_generate`): the projections the TPU compiler lays out anew
+      (`relaid_bytes`), the weights of the tile running and the next (`tile_bytes`), and the
+      larger of its two phases. Its new tokens read the cache's keys (and the Gated DeltaNet
+      layers' state and history) from a copy in a layout of their own, its values in place,
+      beside one layer's internals for the new tokens with one float32 copy of a query block's
+      scores (their softmax is fused). The decode loop then carries a copy of the whole cache
+      in the layout it picks for it, beside the sampling's float32 logits (the logits, their
+      sort, cumulative sum and probabilities, about 5 [B, V]) and, with Gated DeltaNet layers,
+      three float32 arrays the size of one layer's state for the update.
     """
     rows, sizes = sampler_view(work, sizes, hosts)
     model = sizes["model"]
@@ -310,10 +320,13 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
     prefill = (split * cache_row_bytes(cfg, work, model, work.prompt)
                + (prompts + rows) * work.prompt * slot_bytes(cfg, work, model) + weights
                + _layer_bytes(cfg, work, split, work.prompt, model, work.prompt, 5))
+    cache = rows * cache_row_bytes(cfg, work, model)
+    values = rows * cfg.num_full * cache_slots(work) * slot_bytes(cfg, work, model) / 2
+    new_tokens = cache - values + _layer_bytes(cfg, work, rows, work.turn_tokens, model,
+                                               cache_slots(work), 1)
     logits = 5 * rows * _split(cfg.vocab_size, model) * 4
-    turn = (rows * cache_row_bytes(cfg, work, model) + weights
-            + _layer_bytes(cfg, work, rows, work.turn_tokens, model, cache_slots(work), 1)
-            + logits)
+    decoding = cache + logits + 3 * rows * state_bytes(cfg, model)
+    turn = weights + max(new_tokens, decoding)
     return max(prefill, turn)
 
 
