@@ -91,8 +91,9 @@ FINAL_EVAL = "final_eval.json"  # in a powered run's record: `final_evaluation`
 # A smoke SFT starts from a tiny model of its own, never from a recorded one.
 SMOKE_SFT = ["init=null", "steps=2", "learner.optimizer.warmup_steps=1", "demonstrations=4",
              "heldout=2", "batch_size=2", "eval_every=0", "evaluation.tasks=2",
-             "evaluation.max_actions=2", "tiny.vocab_size=256", "tiny.hidden_size=32", "tiny.layers=1",
-             "tiny.intermediate_size=64", "tiny.head_dim=8", "tiny.tokenizer_episodes=5"]
+             "evaluation.max_actions=2", "tiny.vocab_size=256", "tiny.hidden_size=32",
+             "tiny.layers=1", "tiny.intermediate_size=64", "tiny.head_dim=8",
+             "tiny.tokenizer_episodes=5"]
 SMOKE_RL = ["steps=1", "groups=1", "group_size=2", "max_actions=2", "eval_every=1",
             "evaluation.tasks=2", "evaluation.samples=0", "sampling.max_new_tokens=4",
             "host.continuations=1"]

@@ -227,9 +227,10 @@ SHORTHANDS = {"env": str, "split": str, "credit": str, "steps": int, "groups": i
               "group_size": int, "run_dir": str, "checkpoint_every": int, "init": str}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
+    """The trainer's command line."""
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
+        prog="python -m prover_jax.train", description=__doc__.splitlines()[0],
         epilog="Settings apply in order: TrainConfig's defaults, --config, the shorthand flags, "
                "--set. Credit methods: " + ", ".join(trainable_methods()))
     add_arguments(parser, SHORTHANDS, "learner.optimizer.learning_rate=1e-6")
@@ -240,12 +241,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--match-budget", metavar="RUN_DIR",
                         help="budget-matched-grpo: group sizes that spend what the ProVer run "
                              "in RUN_DIR spent on verification, phase by phase of 10 steps")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def config_changes(args: argparse.Namespace) -> list[str]:
+    """The dotted overrides of the config that parsed `argument_parser` flags make, in the
+    order they apply: the shorthands, the judge's flags, then each ``--set``."""
     changes = overrides(args, SHORTHANDS)
     judge_flags = [f"host.{name}={value}" for name, value in (("judge", args.judge),
                                                              ("judge_model", args.judge_model))
                    if value is not None]
     changes[len(changes) - len(args.set):len(changes) - len(args.set)] = judge_flags
+    return changes
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser()
+    args = parser.parse_args(argv)
+    changes = config_changes(args)
     try:
         config = load_config(TrainConfig, args.config, changes)
         # JAX, the model and the environments load here, for a config that is valid

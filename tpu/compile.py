@@ -1,5 +1,5 @@
 """Every program of a training step compiled for a Cloud TPU slice, on a machine without one:
-``python -m tpu.compile --model qwen3-8b --topology v5p-64``.
+``python -m tpu.compile --model qwen3-8b --topology v5p-64 --micro-batches 4``.
 
 The TPU compiler runs ahead of time on the devices `tpu.topology` describes (libtpu, the
 ``tpu`` extra), for abstract inputs: no weights, no TPU, nothing downloaded. A step runs:
@@ -74,6 +74,7 @@ class Setup:
         if self.slice.hosts > 1 and sizes["model"] > 1:
             raise ValueError(f"mesh {self.mesh.describe()}: on {self.slice.hosts} hosts each "
                              f"samples with a whole copy of the weights, so model must be 1")
+        plan.check_split(self.work, sizes)
         if self.slice.hosts > 1 and self.work.sampler_rows % self.slice.hosts:
             raise ValueError(f"{self.work.sampler_rows} sampler rows do not split over "
                              f"{self.slice.hosts} hosts")

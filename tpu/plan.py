@@ -353,6 +353,26 @@ SAMPLER_LINES = ("kv cache", "sampler copy", "sampler activations")
 STATE_LINES = ("params", "optimizer")  # what stays on the devices while the sampler runs
 
 
+def check_split(work: Workload, sizes: Mapping[str, int]) -> None:
+    """Raises ValueError, saying what would split, unless the learner's rows split evenly into
+    its micro-batches on every batch shard of a mesh of `sizes`."""
+    shards = math.prod(sizes[a] for a in BATCH_AXES)
+    if work.rows % (work.micro_batches * shards) == 0:
+        return
+    per_shard = work.rows // shards if work.rows % shards == 0 else 0
+    fewer = [m for m in range(1, work.micro_batches) if per_shard % m == 0] if per_shard else []
+    options = []
+    if fewer == [1]:
+        options.append("1 micro-batch (1 row per batch shard)")
+    elif fewer:
+        counts = ", ".join(map(str, fewer[:-1])) + f" or {fewer[-1]}"
+        options.append(f"{counts} micro-batches ({per_shard} rows per batch shard)")
+    options.append(f"rows a multiple of {work.micro_batches * shards}")
+    raise ValueError(f"{work.rows} rows do not split into {work.micro_batches} micro-batches x "
+                     f"{shards} batch shards (the mesh's {', '.join(BATCH_AXES)} axes): use "
+                     + ", or ".join(options))
+
+
 def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = Workload(),
          hosts: int = 1) -> dict[str, float]:
     """name -> bytes per device of every line of the module docstring, and "total".
@@ -362,10 +382,7 @@ def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = 
         micro-batches and batch shards.
     """
     sizes = mesh.shape(device_count)
-    shards = math.prod(sizes[a] for a in BATCH_AXES)
-    if work.rows % (work.micro_batches * shards):
-        raise ValueError(f"{work.rows} rows do not split into {work.micro_batches} "
-                         f"micro-batches x {shards} batch shards")
+    check_split(work, sizes)
     params = param_elements(cfg, LEARNER_RULES, sizes)
     cb = DTYPE_BYTES[work.compute_dtype]
     out = {

@@ -17,12 +17,18 @@ from collections.abc import Sequence
 from tpu import distributed
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def argument_parser() -> argparse.ArgumentParser:
+    """The distributed flags; `parse_known_args` leaves the trainer's arguments."""
     parser = argparse.ArgumentParser(prog="python -m tpu.train", description=__doc__.split("\n")[0],
                                      epilog="Any other argument goes to prover_jax.train.")
     parser.add_argument("--coordinator", help="HOST:PORT of process 0")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser()
     args, rest = parser.parse_known_args(argv)
     explicit = (args.coordinator, args.num_processes, args.process_id)
     try:

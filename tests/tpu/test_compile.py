@@ -238,6 +238,16 @@ def test_command_line_errors_name_the_problem(capsys):
         tpu_compile.main(["--topology", "v5e-16", "--model", "qwen3-0.6b", "--mesh",
                           "fsdp=-1,model=2"])
     assert "model must be 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the papers' 128 rows over 32 chips, 8 micro-batches
+        tpu_compile.main(["--topology", "v5p-64", "--model", "qwen3-8b"])
+    assert ("128 rows do not split into 8 micro-batches x 32 batch shards (the mesh's data, "
+            "fsdp axes): use 1, 2 or 4 micro-batches (4 rows per batch shard), or rows a "
+            "multiple of 256") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tpu_compile.main(["--topology", "v5p-64", "--model", "qwen3-8b", "--rows", "32",
+                          "--micro-batches", "2"])
+    assert "use 1 micro-batch (1 row per batch shard), or rows a multiple of 64" in (
+        capsys.readouterr().err)
 
 
 def test_out_of_memory_messages_say_what_was_needed():

@@ -60,13 +60,15 @@ def test_up_runs_create_install_copy_train_in_order(gcloud, tmp_path):
         [*TPU, "scp", str(tarball), "rl-1:prover-jax.tar.gz", "--worker=all", *WHERE],
         [*TPU, "ssh", "rl-1", "--worker=all",
          ("--command=mkdir -p prover-jax && tar -xzf prover-jax.tar.gz -C prover-jax && "
-         "python3 -m pip install --quiet -e 'prover-jax[tpu]'"), *WHERE],
+          f"{launch.FIND_PYTHON} && $PY -m venv prover-venv && "
+          "prover-venv/bin/python -m pip install --quiet -e 'prover-jax[tpu]'"), *WHERE],
         [*TPU, "ssh", "rl-1", "--worker=all", "--command=mkdir -p run", *WHERE],
         [*TPU, "scp", str(config), "rl-1:run/config.yaml", "--worker=all", *WHERE],
         [*TPU, "scp", "--recurse", "/models/qwen", "rl-1:run/model", "--worker=all", *WHERE],
         [*TPU, "ssh", "rl-1", "--worker=all",
-         ("--command=cd ~ && nohup python3 -m tpu.train --config run/config.yaml --run-dir "
-         "run/out --init run/model --set steps=5 > run/train.log 2>&1 < /dev/null &"), *WHERE],
+         ("--command=cd ~ && nohup prover-venv/bin/python -m tpu.train --config "
+          "run/config.yaml --run-dir run/out --init run/model --set steps=5 > run/train.log "
+          "2>&1 < /dev/null &"), *WHERE],
     ]
 
 
@@ -98,12 +100,24 @@ def test_a_failing_step_stops_the_sequence(gcloud, monkeypatch, tmp_path, capsys
     assert "exited with status 3" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("accelerator, runtime", [
+    ("v4-32", "tpu-ubuntu2204-base"), ("v5litepod-8", "v2-alpha-tpuv5-lite"),
+    ("v5p-16", "v2-alpha-tpuv5"), ("v6e-8", "v2-alpha-tpuv6e")])
+def test_a_slice_is_created_with_its_chips_software_unless_told(gcloud, accelerator, runtime):
+    assert main(["create", *TARGET, "--accelerator-type", accelerator]) == 0
+    assert main(["create", *TARGET, "--accelerator-type", accelerator, "--version", "mine"]) == 0
+    assert [call[6] for call in gcloud()] == [f"--version={runtime}", "--version=mine"]
+
+
 def test_missing_settings_are_errors(capsys):
     with pytest.raises(SystemExit):
         main(["copy", *TARGET])
     assert "copy: --config is required" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--name is required"):
         launch.Target("", "z")
+    with pytest.raises(SystemExit):
+        main(["create", *TARGET, "--accelerator-type", "v5x-8"])
+    assert "expected FAMILY-COUNT" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("step", ["create", "train"])
@@ -119,9 +133,20 @@ def test_the_trainer_gets_exactly_what_follows_the_separator(gcloud):
     trainer = ["--steps", "5", "--set", "sampling.temperature=0.7"]
     assert main(["train", *TARGET, "--", *trainer]) == 0
     assert gcloud() == [[*TPU, "ssh", "rl-1", "--worker=all",
-                         ("--command=cd ~ && nohup python3 -m tpu.train --config run/config.yaml "
-                          "--run-dir run/out --steps 5 --set sampling.temperature=0.7 > "
-                          "run/train.log 2>&1 < /dev/null &"), *WHERE]]
+                         ("--command=cd ~ && nohup prover-venv/bin/python -m tpu.train "
+                          "--config run/config.yaml --run-dir run/out --steps 5 --set "
+                          "sampling.temperature=0.7 > run/train.log 2>&1 < /dev/null &"),
+                         *WHERE]]
+
+
+@pytest.mark.parametrize("step", ["train", "up"])
+def test_a_trainer_argument_the_trainer_would_not_take_fails_here(gcloud, capsys, step):
+    with pytest.raises(SystemExit) as raised:
+        main([step, *TARGET, "--config", "c.yaml", "--skip-compile", "--", "--stpes", "5",
+              "--coordinator", "10.0.0.2:1234"])  # tpu.train's own flags pass
+    assert raised.value.code == 2
+    assert "the trainer takes no --stpes 5" in capsys.readouterr().err
+    assert gcloud() == []
 
 
 def test_up_passes_the_trainer_arguments_to_its_train_command(gcloud, capsys):
@@ -129,7 +154,7 @@ def test_up_passes_the_trainer_arguments_to_its_train_command(gcloud, capsys):
                  "--steps", "5"]) == 0
     assert gcloud() == []
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert "python3 -m tpu.train --config run/config.yaml --run-dir run/out --steps 5 >" in last
+    assert "python -m tpu.train --config run/config.yaml --run-dir run/out --steps 5 >" in last
 
 
 @pytest.mark.parametrize("step", ["create", "copy", "logs", "fetch", "delete"])
@@ -155,8 +180,10 @@ def test_up_compiles_the_config_for_the_slice_before_creating_it(gcloud, capsys,
 
     monkeypatch.setattr(tpu_compile, "preflight", preflight)
     status = main(["up", *TARGET, "--config", "c.yaml", "--accelerator-type", "v5p-32",
-                   "--", "--steps", "5", "--set", "mesh.fsdp=-1"])
-    assert asked == [("c.yaml", "v5p-32", None, ["mesh.fsdp=-1"])]
+                   "--", "--steps", "5", "--groups", "8", "--set", "mesh.fsdp=-1",
+                   "--set=sampling.max_new_tokens=64"])
+    assert asked == [("c.yaml", "v5p-32", None, ["steps=5", "groups=8", "mesh.fsdp=-1",
+                                                 "sampling.max_new_tokens=64"])]
     out = capsys.readouterr().out
     if fits:  # then the steps run, create first
         assert status == 0 and gcloud()[0][:4] == [*TPU, "create"]

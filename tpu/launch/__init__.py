@@ -1,10 +1,12 @@
 """Cloud TPU VM launch: ``python -m tpu.launch STEP --name NAME --zone ZONE [options]``.
 
 Steps, each a short sequence of `gcloud` commands (and one local `git archive`):
-- ``create``: a TPU VM or pod slice (``--accelerator-type v5litepod-8``, ``--version``,
-  ``--spot``);
+- ``create``: a TPU VM or pod slice (``--accelerator-type v5litepod-8``, ``--spot``), with the
+  TPU software image its chips take (`RUNTIMES`; ``--version`` to choose another);
 - ``install``: this checkout's committed tree, copied to every worker and installed with the
-  ``tpu`` extra (``pip install -e 'prover-jax[tpu]'``);
+  ``tpu`` extra into a virtual environment (``~/prover-venv``) of Python 3.11 or later: the
+  images' own Python is 3.10, so where the worker has no newer one, Ubuntu's ``python3.11`` is
+  installed first;
 - ``copy``: a config file and, if given, a local model folder to ``~/run/`` on every worker;
 - ``train``: ``python -m tpu.train`` started on all workers at once (``--worker=all``), in the
   background, logging to ``~/run/train.log``, with the arguments after ``--`` appended
@@ -32,10 +34,21 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tpu import topology
+
 ROOT = Path(__file__).resolve().parents[2]
 REMOTE_SOURCE = "prover-jax"  # in the workers' home directories
 REMOTE_RUN = "run"
+REMOTE_VENV = "prover-venv"
+REMOTE_PYTHON = f"{REMOTE_VENV}/bin/python"
 TARBALL = "prover-jax.tar.gz"
+# The TPU software image (gcloud's --version) of each chip family's VMs
+RUNTIMES = {"v4": "tpu-ubuntu2204-base", "v5e": "v2-alpha-tpuv5-lite", "v5p": "v2-alpha-tpuv5",
+            "v6e": "v2-alpha-tpuv6e"}
+# A Python of at least 3.11 on a worker: its own, else Ubuntu's python3.11
+FIND_PYTHON = ("PY=$(command -v python3.13 || command -v python3.12 || command -v python3.11) || "
+               "{ sudo apt-get -qq update && sudo apt-get -qq install -y python3.11 "
+               "python3.11-venv && PY=python3.11; }")
 
 Command = list[str]
 
@@ -48,7 +61,7 @@ class Target:
     zone: str
     project: str | None = None
     accelerator_type: str = "v5litepod-8"
-    version: str = "v2-alpha-tpuv5-lite"  # the TPU software image
+    version: str | None = None  # the TPU software image (None: the chips' own, `RUNTIMES`)
     spot: bool = False
     config: str | None = None  # a training config (YAML) to copy
     model: str | None = None  # a local model folder to copy
@@ -61,6 +74,12 @@ class Target:
         for field in ("name", "zone"):
             if not getattr(self, field):
                 raise ValueError(f"--{field} is required")
+        topology.parse_slice(self.accelerator_type)  # an unknown type fails before any step
+
+    @property
+    def runtime(self) -> str:
+        """The TPU software image the VM is created with."""
+        return self.version or RUNTIMES[topology.parse_slice(self.accelerator_type).family]
 
 
 def _gcloud(target: Target, *words: str) -> Command:
@@ -83,13 +102,15 @@ def create(target: Target) -> list[Command]:
     spot = ["--spot"] if target.spot else []
     return [_gcloud(target, "create", target.name,
                     f"--accelerator-type={target.accelerator_type}",
-                    f"--version={target.version}", *spot)]
+                    f"--version={target.runtime}", *spot)]
 
 
 def install(target: Target) -> list[Command]:
-    """This checkout's committed tree on every worker, installed with the tpu extra."""
+    """This checkout's committed tree on every worker, installed with the tpu extra in a
+    virtual environment of Python 3.11 or later."""
     unpack = (f"mkdir -p {REMOTE_SOURCE} && tar -xzf {TARBALL} -C {REMOTE_SOURCE} && "
-              f"python3 -m pip install --quiet -e '{REMOTE_SOURCE}[tpu]'")
+              f"{FIND_PYTHON} && $PY -m venv {REMOTE_VENV} && "
+              f"{REMOTE_PYTHON} -m pip install --quiet -e '{REMOTE_SOURCE}[tpu]'")
     return [["git", "-C", str(ROOT), "archive", "--format=tar.gz",
              f"--output={target.tarball}", "HEAD"],
             _scp(target, target.tarball, f"{target.name}:{TARBALL}"),
@@ -113,7 +134,7 @@ def train(target: Target) -> list[Command]:
     args = ["--config", f"{REMOTE_RUN}/config.yaml", "--run-dir", target.run_dir]
     if target.model is not None:
         args += ["--init", f"{REMOTE_RUN}/model"]
-    trainer = shlex.join(["python3", "-m", "tpu.train", *args, *target.train_args])
+    trainer = shlex.join([REMOTE_PYTHON, "-m", "tpu.train", *args, *target.train_args])
     command = f"cd ~ && nohup {trainer} > {REMOTE_RUN}/train.log 2>&1 < /dev/null &"
     return [_ssh(target, command)]
 

@@ -4,16 +4,16 @@
 The options are parsed strictly, so that a misspelt flag fails here, before a VM is created,
 rather than in the trainer on the workers. The trainer gets exactly what follows ``--``.
 
-``up`` first compiles the run's config (with the trainer's ``--set`` overrides) for the slice
-on this machine (`tpu.compile.preflight`, which needs the ``tpu`` extra), and refuses to create
-a slice the setup would not fit, printing the nearest setup that fits. ``--skip-compile``
-leaves that out.
+The trainer's arguments are read here as the workers will read them, so that one the trainer
+would not take fails here too. ``up`` first compiles the run's config, with the changes those
+arguments make (``--groups``, ``--set KEY=VALUE``, ...), for the slice on this machine
+(`tpu.compile.preflight`, which needs the ``tpu`` extra), and refuses to create a slice the
+setup would not fit, printing the nearest setup that fits. ``--skip-compile`` leaves that out.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 from collections.abc import Sequence
 
@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--zone", required=True)
     parser.add_argument("--project")
     parser.add_argument("--accelerator-type", default=launch.Target.accelerator_type)
-    parser.add_argument("--version", default=launch.Target.version,
-                        help="the TPU software image")
+    parser.add_argument("--version", help="the TPU software image (default: the one for the "
+                        "accelerator's chips, e.g. v2-alpha-tpuv5 for v5p)")
     parser.add_argument("--spot", action="store_true")
     parser.add_argument("--config", help="training config (YAML) to copy")
     parser.add_argument("--model", help="local model folder to copy")
@@ -46,17 +46,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def overrides(train_args: Sequence[str]) -> list[str]:
-    """The values of the trainer's ``--set KEY=VALUE`` arguments, in order."""
-    return [value for flag, value in itertools.pairwise(train_args) if flag == "--set"]
+    """The changes the trainer's arguments make of its config (shorthands such as ``--groups``
+    and each ``--set``), as ``python -m tpu.train`` reads them on the workers.
+
+    Raises:
+      ValueError: an argument the trainer would not take.
+    """
+    from prover_jax import train
+    from tpu import train as tpu_train
+
+    _, rest = tpu_train.argument_parser().parse_known_args(train_args)
+    args, unknown = train.argument_parser().parse_known_args(rest)
+    if unknown:
+        raise ValueError(f"the trainer takes no {' '.join(unknown)}")
+    return train.config_changes(args)
 
 
-def fits_before_creating(target: launch.Target, echo=print) -> bool:
-    """Compiles the target's config for its slice (`tpu.compile.preflight`); says why not when
-    it would not fit."""
+def fits_before_creating(target: launch.Target, changes: Sequence[str], echo=print) -> bool:
+    """Compiles the target's config, with the trainer's `changes`, for its slice
+    (`tpu.compile.preflight`); says why not when it would not fit."""
     from tpu import compile as tpu_compile
 
-    if tpu_compile.preflight(target.config, target.accelerator_type, target.model,
-                             overrides(target.train_args), echo):
+    if tpu_compile.preflight(target.config, target.accelerator_type, target.model, changes,
+                             echo):
         return True
     echo(f"refusing to create {target.accelerator_type}: the setup does not fit its memory "
          "(see the suggestion above); change the config, or pass --skip-compile")
@@ -87,8 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             accelerator_type=args.accelerator_type, version=args.version, spot=args.spot,
             config=args.config, model=args.model, run_dir=args.run_dir,
             train_args=tuple(train_args or ()), local_dir=args.local_dir)
+        changes = overrides(target.train_args)
         commands = launch.STEPS[args.step](target)
-        if args.step == "up" and not args.skip_compile and not fits_before_creating(target):
+        if args.step == "up" and not args.skip_compile and not fits_before_creating(target,
+                                                                                    changes):
             return 1
     except ValueError as error:
         parser.error(str(error))
