@@ -10,6 +10,7 @@ planner's exact lines), and the memory stays within the planner's band.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import jax
@@ -154,6 +155,32 @@ def test_memory_within_the_plans_band(report):
     assert report.fits
     text = tpu_compile.render(report)
     assert "**fits**" in text and "| learner step |" in text and "MFU <=" in text
+
+
+def test_the_command_line_checks_the_setup_it_is_given_and_writes_its_report(
+        report, monkeypatch, tmp_path, capsys):
+    """`main` builds the Setup its flags say, checks it (`check`: here the fixture's compiled
+    report stands in for compiling it again) and writes the report's numbers as JSON."""
+    checked = []
+    monkeypatch.setattr(plan, "model_config", lambda name: report.setup.cfg)
+    monkeypatch.setattr(tpu_compile, "check", lambda setup: checked.append(setup) or report)
+    setup, out = report.setup, tmp_path / "report.json"
+    work = []
+    for field in dataclasses.fields(setup.work):
+        flag, value = field.name.replace("_", "-"), getattr(setup.work, field.name)
+        work += ([f"--{flag}" if value else f"--no-{flag}"] if isinstance(value, bool)
+                 else [f"--{flag}", str(value)])
+    assert tpu_compile.main([
+        "--model", "small", "--topology", setup.slice.topology_name, "--mesh",
+        ",".join(f"{axis}={size}" for axis, size in setup.sizes.items()), *work,
+        "--json", str(out)]) == 0
+    assert [(s.slice, s.sizes, s.work) for s in checked] == [
+        (setup.slice, setup.sizes, setup.work)]
+    written = json.loads(out.read_text())
+    assert written["fits"] and written["peak"] == report.peak
+    assert set(written["programs"]) == {p.name for p in report.programs}
+    assert written["programs"]["learner step"]["temp"] == report.program("learner step").temp
+    assert {"learner_s", "learner_mfu", "decode_tokens_per_s"} <= set(written["estimates"])
 
 
 def test_where_the_analysis_is_above_the_chip_the_compiler_is_held_to_it(monkeypatch):
