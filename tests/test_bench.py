@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -80,6 +81,29 @@ def test_rollout_bench_runs():
     assert by_path["cache"]["prefilled"] < by_path["re-prefill"]["prefilled"]
     text = bench.table(rows)
     assert "| re-prefill | 2 |" in text and "| cache | 2 |" in text and "| 2 | " in text
+
+
+def test_topologies_bench_reports_every_recorded_setup_as_compiled():
+    """Every recorded setup is the one the bench defines (the same workload), its table line
+    carries the compiler's numbers from the record, and the plan of its learner and sampler
+    is at least the compiler's own peak of live bytes, except where the bench lists it."""
+    bench = load_bench("topologies")
+    recorded = json.loads(bench.RESULTS.read_text())["results"]
+    assert {name.split()[1] for name in recorded} == set(bench.SLICES)
+    table, below = bench.table(recorded), {}
+    for name, record in recorded.items():
+        setup = bench.setup_of(*name.split())
+        assert record["work"] == dataclasses.asdict(setup.work), name
+        assert record["topology"] == setup.slice.topology_name
+        line = next(line for line in table.splitlines() if line.startswith(
+            f"| {setup.model} | {name.split()[1]} ("))
+        assert f"| {record['learner_peak'] / 2**30:.2f} | " in line
+        assert f"| {record['peak'] / 2**30:.2f} of " in line
+        ratios = bench.ratios(name, record)
+        for part in bench.PARTS:
+            if ratios[f"{part}_live"] < 1.0:
+                below.setdefault(name, set()).add(part)
+    assert below == {name: set(parts) for name, parts in bench.BELOW_LIVE.items()}
 
 
 def test_plan_bench_reports_from_its_recorded_measurements():
