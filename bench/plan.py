@@ -130,8 +130,8 @@ def compare(case: Case, measured: dict) -> dict:
     def step(memory: dict[str, int], resharded: int) -> int:
         return max(memory["learner"], measured["state"] + max(memory["sampler"], resharded))
 
-    analysed["step"] = step(analysed, reshard["output"] + reshard["temp"])
-    confirmed["step"] = step(confirmed, reshard["output"] + reshard["temp"])
+    resharded = reshard["output"] + reshard["temp"]
+    analysed["step"], confirmed["step"] = step(analysed, resharded), step(confirmed, resharded)
     live["step"] = step(live, reshard.get("live", 0) - reshard["argument"])
     row = {"case": case.key, "chip": setup.slice.family}
     for part in ("learner", "sampler", "step"):
@@ -154,8 +154,7 @@ def held_to_plan(measured: dict, planned_bytes: dict[str, float]) -> set[str]:
 def short(case: Case, measured: dict) -> list[str]:
     """The parts whose memory analysis exceeds the plan and that were not yet held to it."""
     row = compare(case, measured)
-    return [part for part in PARTS
-            if row[f"{part}_ratio"] < 1.0 and part not in held_to_plan(measured, planned(case))]
+    return [part for part in PARTS if row[f"{part}_ratio"] < 1.0 and part not in row["held"]]
 
 
 def in_band(row: dict, part: str) -> bool:

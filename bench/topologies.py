@@ -25,15 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import report
+from bench.plan import PAPERS, PARTS, Case, planned, setup_of
 from tpu import compile as tpu_compile
-from tpu import plan, topology
-from tpu.mesh import MeshConfig
+from tpu import plan
 
 RESULTS = report.BENCH / "results" / "topologies.json"
 MACHINE = f"the TPU compiler (libtpu, no TPU) on {report.machine()}"
 SLICES = {"v4-32": {}, "v5p-32": {}, "v5p-128": {"micro_batches": 2}}  # workload changes
-MODELS = tuple(plan.PRESETS)
-PARTS = {"learner": ("learner step",), "sampler": ("sampler prefill", "sampler turn")}
+NAMES = [f"{model} {slice_name}" for slice_name in SLICES for model in plan.PRESETS]
 # Where the plan is below the compiler's own peak of live bytes, and why
 BELOW_LIVE = {
     "qwen3.5-4b v5p-128": {
@@ -43,41 +42,32 @@ BELOW_LIVE = {
 }
 
 
-def key(model: str, slice_name: str) -> str:
-    return f"{model} {slice_name}"
+def case_of(name: str) -> Case:
+    """The setup of a result's name ("MODEL SLICE"): the papers' workload, changed as `SLICES`
+    says for the slice, over every chip (``fsdp=-1``)."""
+    model, slice_name = name.split()
+    return Case(model, slice_name, work=dataclasses.replace(PAPERS, **SLICES[slice_name]))
 
 
-def setup_of(model: str, slice_name: str) -> tpu_compile.Setup:
-    return tpu_compile.Setup(model, plan.model_config(model), topology.parse_slice(slice_name),
-                             MeshConfig(fsdp=-1),
-                             dataclasses.replace(plan.Workload(), **SLICES[slice_name]))
-
-
-def measure(setup: tpu_compile.Setup) -> dict:
-    """`tpu.compile.to_json` of the setup's report, held to the chip where it must be."""
-    compiled = tpu_compile.compile_setup(setup)
-    if not compiled.analysis_fits:
-        compiled = tpu_compile.held_to_chip(compiled)
-    return tpu_compile.to_json(compiled)
+def measure(case: Case) -> dict:
+    """`tpu.compile.to_json` of the report the setup's fit is decided on."""
+    return tpu_compile.to_json(tpu_compile.fitted_report(setup_of(case)))
 
 
 def ratios(name: str, record: dict) -> dict[str, float]:
     """Plan / the compiler's memory analysis and plan / its live peak, of the learner and the
     sampler, with the planner's lines as they are now."""
-    setup = setup_of(*name.split())
-    lines = plan.plan(setup.cfg, setup.mesh, setup.slice.chips, setup.work, setup.slice.hosts)
-    programs = record["programs"]
+    plan_bytes, programs = planned(case_of(name)), record["programs"]
     out = {}
     for part, names in PARTS.items():
-        planned = sum(lines[n] for n in getattr(plan, f"{part.upper()}_LINES"))
-        out[part] = planned / max(programs[n]["peak"] for n in names)
-        out[f"{part}_live"] = planned / max(programs[n]["live"] for n in names)
+        out[part] = plan_bytes[part] / max(programs[n]["peak"] for n in names)
+        out[f"{part}_live"] = plan_bytes[part] / max(programs[n]["live"] for n in names)
     return out
 
 
 def row(name: str, record: dict) -> str:
     """A table line of one recorded setup."""
-    setup, model, slice_name = setup_of(*name.split()), *name.split()
+    setup, (model, slice_name) = setup_of(case_of(name)), name.split()
     programs, ratio = record["programs"], ratios(name, record)
     usable = plan.HEADROOM * plan.CHIPS[setup.slice.family]
     gathered, _ = programs["learner step"]["collectives"]["all-gather"]
@@ -100,8 +90,7 @@ def table(recorded: dict) -> str:
               "plan / compiler, / live peak | step peak GiB of usable | fits | learner "
               "all-gathers, all-reduces | learner step >= s, MFU <= | decode tokens/s <= | "
               "compile s |\n|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
-    lines = [row(key(m, s), recorded[key(m, s)]) for s in SLICES for m in MODELS
-             if key(m, s) in recorded]
+    lines = [row(name, recorded[name]) for name in NAMES if name in recorded]
     return "\n".join([header, *lines])
 
 
@@ -111,14 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report", action="store_true", help="only rebuild the table")
     args = parser.parse_args(argv)
     recorded = json.loads(RESULTS.read_text())["results"] if RESULTS.exists() else {}
-    for slice_name in SLICES:
-        for model in MODELS:
-            name = key(model, slice_name)
-            if args.report or args.only not in name or name in recorded:
-                continue
-            recorded[name] = measure(setup_of(model, slice_name))
-            print(row(name, recorded[name]), flush=True)
-            RESULTS.write_text(json.dumps({"machine": MACHINE, "results": recorded}, indent=1))
+    for name in NAMES:
+        if args.report or args.only not in name or name in recorded:
+            continue
+        recorded[name] = measure(case_of(name))
+        print(row(name, recorded[name]), flush=True)
+        RESULTS.write_text(json.dumps({"machine": MACHINE, "results": recorded}, indent=1))
     body = table(recorded)
     print(body)
     report.write("topologies", "Every preset on larger slices (`bench/topologies.py`)", MACHINE,

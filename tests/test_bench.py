@@ -92,7 +92,7 @@ def test_topologies_bench_reports_every_recorded_setup_as_compiled():
     assert {name.split()[1] for name in recorded} == set(bench.SLICES)
     table, below = bench.table(recorded), {}
     for name, record in recorded.items():
-        setup = bench.setup_of(*name.split())
+        setup = bench.setup_of(bench.case_of(name))
         assert record["work"] == dataclasses.asdict(setup.work), name
         assert record["topology"] == setup.slice.topology_name
         line = next(line for line in table.splitlines() if line.startswith(

@@ -395,6 +395,13 @@ def held_to_chip(report: Report, devices: Sequence | None = None) -> Report:
     return dataclasses.replace(report, held=held)
 
 
+def fitted_report(setup: Setup) -> Report:
+    """`compile_setup`, and where its memory analysis puts a phase above the chip,
+    `held_to_chip`: the report the fit is decided on."""
+    report = compile_setup(setup)
+    return report if report.analysis_fits else held_to_chip(report)
+
+
 def estimates(setup: Setup) -> dict[str, float]:
     """Roofline figures of the learner step and one sampler turn (see the module docstring)."""
     w, cfg, chip, chips = setup.work, setup.cfg, setup.chip, setup.slice.chips
@@ -555,9 +562,7 @@ def nearest_fit(setup: Setup) -> Setup | None:
 def check(setup: Setup, echo=print) -> Report:
     """Compiles `setup` and prints its report; when it does not fit, also the nearest setup the
     planner expects to fit, compiled as well. Returns `setup`'s report."""
-    report = compile_setup(setup)
-    if not report.analysis_fits:
-        report = held_to_chip(report)
+    report = fitted_report(setup)
     echo(render(report))
     if report.fits:
         return report
