@@ -101,6 +101,13 @@ def chunked(q, k, v, beta, g, state):
         x = x.reshape(b, n, CHUNK, h, *x.shape[3:])
         return jnp.moveaxis(jnp.moveaxis(x, 3, 2), 1, 0)
 
+    # The solve's batch as the rows, then heads x chunks in one axis. The TPU compiler tiles
+    # a batch axis of the solve to 128 lanes; given [N, B, H] it may pick the rows, and
+    # with one row per chip pads them 128-fold (bench/RESULTS.md). Heads stay major in
+    # the folded axis, so a sharding over heads stays a sharding of it.
+    def rows_major(x):  # [N, B, H, C, X] -> [B, H * N, C, X]
+        return jnp.moveaxis(x, 0, 2).reshape(b, h * n, CHUNK, x.shape[-1])
+
     q, k, v, beta, g = (blocks(x) for x in (q, k, v, beta, g))
     cum = jnp.cumsum(g, axis=-1)  # [N, B, H, C]
     lower = jnp.tril(jnp.ones((CHUNK, CHUNK), bool))
@@ -108,9 +115,13 @@ def chunked(q, k, v, beta, g, state):
                                                      0.0)), 0.0)
     k_beta, v_beta = k * beta[..., None], v * beta[..., None]
     mix = jnp.einsum("...ik,...jk->...ij", k_beta, k, precision=HIGHEST) * decay
-    unit_lower = jnp.eye(CHUNK) + jnp.tril(mix, -1)
-    solve = lambda rhs: jax.scipy.linalg.solve_triangular(  # noqa: E731
-        unit_lower, rhs, lower=True, unit_diagonal=True)
+    unit_lower = rows_major(jnp.eye(CHUNK) + jnp.tril(mix, -1))
+
+    def solve(rhs):  # [N, B, H, C, X] -> [N, B, H, C, X]
+        out = jax.scipy.linalg.solve_triangular(unit_lower, rows_major(rhs), lower=True,
+                                                unit_diagonal=True)
+        return jnp.moveaxis(out.reshape(b, h, n, CHUNK, -1), 2, 0)
+
     u = solve(v_beta)
     w = solve(k_beta * jnp.exp(cum)[..., None])
     intra = jnp.einsum("...ik,...jk->...ij", q, k, precision=HIGHEST) * decay
