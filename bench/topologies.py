@@ -33,13 +33,6 @@ RESULTS = report.BENCH / "results" / "topologies.json"
 MACHINE = f"the TPU compiler (libtpu, no TPU) on {report.machine()}"
 SLICES = {"v4-32": {}, "v5p-32": {}, "v5p-128": {"micro_batches": 2}}  # workload changes
 NAMES = [f"{model} {slice_name}" for slice_name in SLICES for model in plan.PRESETS]
-# Where the plan is below the compiler's own peak of live bytes, and why
-BELOW_LIVE = {
-    "qwen3.5-4b v5p-128": {
-        "learner": "the TPU compiler lays the Gated DeltaNet's triangular solve out with "
-                   "the rows (one per chip) minor, padded 128-fold: two 2.5 GiB buffers the "
-                   "plan does not count (plan 0.86 of the live peak)"},
-}
 
 
 def case_of(name: str) -> Case:
