@@ -47,17 +47,20 @@ class Case(NamedTuple):
     @property
     def key(self) -> str:
         work = f"{self.work.rows}x{self.work.length}"
-        return f"{self.model} {self.slice} {self.mesh.describe()} {work}"
+        head = " head per device" if self.work.head_per_device else ""
+        return f"{self.model} {self.slice} {self.mesh.describe()} {work}{head}"
 
 
 # The small presets on one host of v5e (16 GiB chips), the large ones on two hosts of v5p, and
-# a v6e host; then the first example, a 0.6B on v5e-8 at 32 rows x 2,048 tokens
+# a v6e host; then the first example, a 0.6B on v5e-8 at 32 rows x 2,048 tokens; and
+# the 0.6B on v5e-8 with the LM head run on each device's rows (`head_per_device`)
 CASES = ([Case(m, "v5e-8") for m in ("qwen3-0.6b", "qwen2.5-1.5b", "qwen3.5-2b")]
          + [Case("qwen3-0.6b", "v6e-8")]
          + [Case(m, "v5p-16") for m in ("qwen3.5-4b", "qwen2.5-7b", "qwen3-8b")]
          + [Case("qwen3-0.6b", "v5e-8", work=dataclasses.replace(
              PAPERS, rows=32, micro_batches=4, prompt=1536, sampler_rows=32)),
-            Case("qwen3.5-2b", "v6e-8"), Case("qwen2.5-1.5b", "v5p-16")])
+            Case("qwen3.5-2b", "v6e-8"), Case("qwen2.5-1.5b", "v5p-16"),
+            Case("qwen3-0.6b", "v5e-8", work=dataclasses.replace(PAPERS, head_per_device=True))])
 PARTS = {"learner": ("learner step",), "sampler": ("sampler prefill", "sampler turn")}
 
 

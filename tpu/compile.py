@@ -93,7 +93,8 @@ class Setup:
         w = self.work
         return LearnerConfig(micro_batches=w.micro_batches, compute_dtype=w.compute_dtype,
                              remat=w.remat, logits_chunk=w.logits_chunk,
-                             recompute_logits=w.recompute_logits, head_buckets=1)
+                             recompute_logits=w.recompute_logits, head_buckets=1,
+                             head_per_device=w.head_per_device)
 
     def describe(self) -> str:
         w = self.work
@@ -101,7 +102,9 @@ class Setup:
                 f"{self.slice.chips} chips, {self.slice.hosts} host"
                 f"{'s' if self.slice.hosts > 1 else ''}), mesh {self.mesh.describe()}; "
                 f"learner {w.rows} rows x {w.length} tokens in {w.micro_batches} micro-batches, "
-                f"{w.compute_dtype}{', remat' if w.remat else ''}; sampler {w.sampler_rows} rows "
+                f"{w.compute_dtype}{', remat' if w.remat else ''}"
+                f"{', head per device' if w.head_per_device else ''}; "
+                f"sampler {w.sampler_rows} rows "
                 f"({w.sampler_rows // w.group_size} prompts of {w.prompt} tokens, turns of "
                 f"{w.turn_tokens} + {w.response} tokens), {w.sampler_dtype}")
 
@@ -614,7 +617,8 @@ def setup_from_config(path: str, model: str | None, accelerator: str,
                          group_size=config.group_size, compute_dtype=learner.compute_dtype,
                          sampler_dtype=sampling.dtype,
                          remat=learner.remat, logits_chunk=learner.logits_chunk,
-                         recompute_logits=learner.recompute_logits)
+                         recompute_logits=learner.recompute_logits,
+                         head_per_device=learner.head_per_device)
     return Setup(name, cfg, topology.parse_slice(accelerator), config.mesh, work)
 
 

@@ -10,7 +10,7 @@ What each line counts, per device:
 - gathered weights: what the batch axes' shards of the compute copy are gathered into for the
   matmuls: one layer's weights at a time and the embedding and the LM head whole, in the
   compute dtype; and the LM head's float32 gradient, whole until the logits chunks have all
-  added to it.
+  added to it (with ``head_per_device``, twice: the reduce-scatter reads a padded copy).
 - activations: one micro-batch of rows over the batch axes. With remat, each tile of layers
   (`QwenConfig.pattern`: one layer for Qwen2/3, four for Qwen3.5) keeps its input [b, L, D]
   and one tile at a time holds its layers' internals and one query block's float32 scores
@@ -117,6 +117,7 @@ class Workload:
     remat: bool = True
     logits_chunk: int = 128
     recompute_logits: bool = True
+    head_per_device: bool = False  # `LearnerConfig.head_per_device`
 
     def __post_init__(self):
         if min(self.rows, self.micro_batches, self.prompt + self.response, self.sampler_rows,
@@ -332,8 +333,9 @@ def sampler_activation_bytes(cfg: QwenConfig, work: Workload, sizes: Mapping[str
 
 def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int], work: Workload) -> float:
     """The "gathered weights" line: the compute copy's shards gathered over the batch axes
-    (still split over "model"), and the LM head's float32 gradient. Nothing is gathered without
-    sharded batch axes."""
+    (still split over "model"), and the LM head's float32 gradient; with
+    `Workload.head_per_device`, a second float32 copy of that gradient, which the TPU compiler
+    pads for the reduce-scatter. Nothing is gathered without sharded batch axes."""
     if math.prod(sizes[a] for a in BATCH_AXES) == 1:
         return 0.0
     gathered = {**sizes, **{a: 1 for a in BATCH_AXES}}
@@ -344,7 +346,8 @@ def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int], work: Workload) ->
     untied = 0 if cfg.tie_word_embeddings else head
     layers = param_elements(cfg, LEARNER_RULES, gathered) - embedding - untied
     cb = DTYPE_BYTES[work.compute_dtype]
-    return cb * (layers / cfg.num_layers + embedding + untied) + 4.0 * head
+    gradient_copies = 2 if work.head_per_device else 1
+    return cb * (layers / cfg.num_layers + embedding + untied) + 4.0 * gradient_copies * head
 
 
 LEARNER_LINES = ("params", "optimizer", "gradients", "compute copy", "gathered weights",

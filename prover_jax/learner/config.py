@@ -131,6 +131,12 @@ class LearnerConfig:
         P slots per row: the most trained tokens of any row rounded up to a multiple of
         L / head_buckets (`step.head_positions`). Prompt and observation tokens then cost no
         head matmul; each bucket is one more compiled step. 1 runs the head on every token.
+      head_per_device: the LM head runs on each device's rows (`loss.head_logprobs` with the
+        mesh): its weights are gathered once per micro-batch rather than in every logits
+        chunk, and its float32 gradient is reduce-scattered once per micro-batch rather than
+        all-reduced whole in every chunk, for more memory (the TPU compiler keeps the gathered
+        head through the micro-batch, and a padded float32 copy of the gradient for the
+        reduce-scatter; `tpu.plan` counts both).
     """
 
     loss: LossConfig = LossConfig()
@@ -141,6 +147,7 @@ class LearnerConfig:
     logits_chunk: int = 128
     recompute_logits: bool = True
     head_buckets: int = 4
+    head_per_device: bool = False
 
     def __post_init__(self):
         for name, kind in (("loss", LossConfig), ("optimizer", OptimizerConfig)):

@@ -37,10 +37,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec
 
 from models.qwen.matmul import dense
 from prover_jax.checks import check_arrays
 from prover_jax.learner.config import LossConfig
+from tpu.mesh_config import BATCH_AXES
 
 
 class Weights(NamedTuple):
@@ -87,7 +89,8 @@ def _token_statistics(logits: jax.Array, targets: jax.Array
 
 def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: int,
                   recompute: bool = True, needed: jax.Array | None = None,
-                  positions: int | None = None) -> tuple[jax.Array, jax.Array]:
+                  positions: int | None = None, mesh: Mesh | None = None
+                  ) -> tuple[jax.Array, jax.Array]:
     """`next_token_logprobs(hidden @ head, tokens)` without the [B, L, V] logits in memory.
 
     The LM head, log-softmax and entropy run over `chunk` positions of every row at a time in
@@ -101,6 +104,13 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
     predict them are gathered into `positions` slots (a static count, at least the most needed
     tokens of any row), so the head's work shrinks by L / positions; the other tokens get 0.
 
+    With `mesh`, the rows stay split over its batch axes and each device runs the chunks of
+    its own rows (`jax.shard_map`): the head is gathered once per pass, not once per chunk, and
+    its gradient is summed over the chunks on each device in float32, then reduce-scattered
+    once over "fsdp" along the vocabulary (where that divides; else all-reduced) and summed
+    over "data". Without it XLA partitions the scan and gathers the head, and all-reduces its
+    whole float32 gradient, in every chunk.
+
     Args:
       hidden: float [B, L, D] final normalised hidden states (`forward(..., hidden_only=True)`).
       head: float [D, V] the LM head (`models.qwen.lm_head`).
@@ -110,6 +120,8 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
       needed: bool [B, L] the tokens whose log-probabilities are wanted (e.g. the trained
         tokens), or None for all.
       positions: slots per row for the needed tokens; a row with more needed tokens gets NaN.
+      mesh: the device mesh whose batch axes split the rows (B a multiple of their product),
+        or None.
 
     Returns:
       (logprobs, entropy), float32 [B, L], as `next_token_logprobs` (0 where not `needed`); the
@@ -120,7 +132,7 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
     following = _following(tokens)
     if needed is None:
         return tuple(map(_shift_right, _padded_chunks(hidden, head, following, chunk,
-                                                      recompute)))
+                                                      recompute, mesh)))
     check_arrays({"needed": (needed, "b l", "b")})
     length = tokens.shape[1]
     predicting = _following(needed)
@@ -128,7 +140,7 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
     clipped = jnp.minimum(slots, length - 1)
     rows = jnp.take_along_axis(hidden, clipped[..., None], axis=1)
     stats = _padded_chunks(rows, head, jnp.take_along_axis(following, clipped, axis=1), chunk,
-                           recompute)
+                           recompute, mesh)
     overflow = jnp.sum(predicting, axis=1, keepdims=True) > positions
     return tuple(_shift_right(jnp.where(overflow, jnp.nan, _scatter_rows(x, slots, length)))
                  for x in stats)
@@ -142,7 +154,7 @@ def _scatter_rows(values: jax.Array, slots: jax.Array, length: int) -> jax.Array
         values, mode="drop")
 
 
-def _padded_chunks(hidden, head, following, chunk, recompute):
+def _padded_chunks(hidden, head, following, chunk, recompute, mesh):
     """`_chunked_logprobs` on [B, P, ...] inputs padded up to a multiple of the chunk; returns
     (logprobs, entropy) [B, P] unshifted."""
     length = following.shape[1]
@@ -150,7 +162,7 @@ def _padded_chunks(hidden, head, following, chunk, recompute):
     chunk = -(-length // count)  # the most even split into `count` chunks of at most `chunk`
     pad = [(0, 0), (0, count * chunk - length)]
     logprobs, entropy = _chunked_logprobs(jnp.pad(hidden, [*pad, (0, 0)]), head,
-                                          jnp.pad(following, pad), chunk, recompute)
+                                          jnp.pad(following, pad), chunk, recompute, mesh)
     return logprobs[:, :length], entropy[:, :length]
 
 
@@ -184,21 +196,40 @@ def _chunked_forward(hidden, head, following, chunk, keep_logits):
     return (logprobs, entropy), (normaliser, logits)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _chunked_logprobs(hidden, head, following, chunk, recompute):
-    return _chunked_forward(hidden, head, following, chunk, keep_logits=False)[0]
+def _per_device(fn, mesh: Mesh, in_specs, out_specs):
+    """`fn` run on each device's rows: manual over the batch axes, "model" left to XLA."""
+    return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         axis_names=set(BATCH_AXES), check_vma=False)
 
 
-def _chunked_logprobs_fwd(hidden, head, following, chunk, recompute):
-    out, (normaliser, logits) = _chunked_forward(hidden, head, following, chunk,
-                                                 keep_logits=not recompute)
+_ROWS = PartitionSpec(BATCH_AXES)
+_CHUNKED_ROWS = PartitionSpec(None, BATCH_AXES)  # [n, B, ...]
+_WHOLE = PartitionSpec()
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _chunked_logprobs(hidden, head, following, chunk, recompute, mesh):
+    return _sharded_forward(hidden, head, following, chunk, False, mesh)[0]
+
+
+def _sharded_forward(hidden, head, following, chunk, keep_logits, mesh):
+    """`_chunked_forward`, on each device's rows when there is a mesh."""
+    forward = functools.partial(_chunked_forward, chunk=chunk, keep_logits=keep_logits)
+    if mesh is None:
+        return forward(hidden, head, following)
+    logits = _CHUNKED_ROWS if keep_logits else None
+    return _per_device(forward, mesh, (_ROWS, _WHOLE, _ROWS),
+                       ((_ROWS, _ROWS), (_ROWS, logits)))(hidden, head, following)
+
+
+def _chunked_logprobs_fwd(hidden, head, following, chunk, recompute, mesh):
+    out, (normaliser, logits) = _sharded_forward(hidden, head, following, chunk,
+                                                 not recompute, mesh)
     return out, (hidden, head, following, normaliser, logits)
 
 
-def _chunked_logprobs_bwd(chunk, recompute, residuals, cotangents):
-    hidden, head, following, normaliser, kept = residuals
-    d_logprobs = cotangents[0].astype(jnp.float32)  # entropy is a metric: no gradient
-
+def _chunked_backward(hidden, head, following, normaliser, d_logprobs, kept, chunk):
+    """d_hidden [B, L, D] and the float32 head gradient [D, V] summed over the chunks."""
     def body(d_head, xs):
         h, target, lse, g, logits = xs
         probs = jnp.exp((_chunk_logits(h, head) if logits is None else logits) - lse[..., None])
@@ -212,7 +243,31 @@ def _chunked_logprobs_bwd(chunk, recompute, residuals, cotangents):
 
     xs = (*(_chunks(x, chunk) for x in (hidden, following, normaliser, d_logprobs)), kept)
     d_head, d_hidden = jax.lax.scan(body, jnp.zeros(head.shape, jnp.float32), xs)
-    return _unchunk(d_hidden), d_head.astype(head.dtype), None
+    return _unchunk(d_hidden), d_head
+
+
+def _chunked_logprobs_bwd(chunk, recompute, mesh, residuals, cotangents):
+    hidden, head, following, normaliser, kept = residuals
+    d_logprobs = cotangents[0].astype(jnp.float32)  # entropy is a metric: no gradient
+    backward = functools.partial(_chunked_backward, chunk=chunk)
+    if mesh is None:
+        d_hidden, d_head = backward(hidden, head, following, normaliser, d_logprobs, kept)
+        return d_hidden, d_head.astype(head.dtype), None
+    scatter = head.shape[1] % mesh.shape["fsdp"] == 0
+
+    def on_device(*args):
+        d_hidden, d_head = backward(*args)
+        if scatter:
+            d_head = jax.lax.psum_scatter(d_head, "fsdp", scatter_dimension=1, tiled=True)
+        else:
+            d_head = jax.lax.psum(d_head, "fsdp")
+        return d_hidden, jax.lax.psum(d_head, "data").astype(head.dtype)
+
+    in_specs = (_ROWS, _WHOLE, _ROWS, _ROWS, _ROWS, None if kept is None else _CHUNKED_ROWS)
+    out_specs = (_ROWS, PartitionSpec(None, "fsdp") if scatter else _WHOLE)
+    d_hidden, d_head = _per_device(on_device, mesh, in_specs, out_specs)(
+        hidden, head, following, normaliser, d_logprobs, kept)
+    return d_hidden, d_head, None
 
 
 _chunked_logprobs.defvjp(_chunked_logprobs_fwd, _chunked_logprobs_bwd)

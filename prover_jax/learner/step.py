@@ -192,8 +192,9 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, cfg: Learne
         `recompute_logits`).
       needed, head_positions: only the tokens of bool [B, L] `needed`, at most
         `head_positions` per row, go through the LM head (None: every token).
-      mesh: the device mesh the hidden states keep their rows split over (None: wherever
-        XLA puts them).
+      mesh: the device mesh the hidden states keep their rows split over, and with
+        `cfg.head_per_device` the LM head runs on each device's rows (None: wherever XLA puts
+        them).
 
     Returns:
       (logprobs, entropy), float32 [B, L] (0 on tokens not `needed`).
@@ -204,7 +205,8 @@ def model_logprobs(params, model_cfg: QwenConfig, tokens: jax.Array, cfg: Learne
                         hidden_only=True,
                         activation_sharding=None if mesh is None else row_sharding(mesh))
     return losses.head_logprobs(hidden, lm_head(compute, model_cfg), tokens, cfg.logits_chunk,
-                                cfg.recompute_logits, needed, head_positions)
+                                cfg.recompute_logits, needed, head_positions,
+                                mesh if cfg.head_per_device else None)
 
 
 def micro_batch_loss(params, micro: MicroBatches, model_cfg: QwenConfig, cfg: LearnerConfig,

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec
 
 from prover_jax import credit
 from prover_jax.learner import (
@@ -18,6 +19,8 @@ from prover_jax.learner import (
     next_token_logprobs,
     policy_loss,
 )
+from tpu.mesh import build_mesh
+from tpu.mesh_config import BATCH_AXES, MeshConfig
 
 B, L, V = 6, 12, 7
 
@@ -235,6 +238,40 @@ def test_head_on_needed_tokens_equals_the_full_head_there(recompute):
     logprobs, _ = head_logprobs(hidden, head, tokens, 4, recompute, too_many, 6)
     logprobs = np.asarray(logprobs)
     assert np.isnan(logprobs[2, 1:]).all() and np.isfinite(logprobs[:2]).all()
+
+
+@pytest.mark.parametrize("mesh_config, vocab, recompute, subset", [
+    (MeshConfig(fsdp=8), 40, True, True),
+    (MeshConfig(data=2, fsdp=2, model=2), 40, False, False),
+    (MeshConfig(fsdp=8), 36, True, False),  # a vocabulary "fsdp" does not divide: all-reduced
+])
+def test_head_on_each_devices_rows_equals_the_head_on_the_whole_batch(mesh_config, vocab,
+                                                                      recompute, subset):
+    """With a mesh, each device runs the head on its own rows: the same values and gradients
+    as without one, and the head's gradient leaves the devices reduce-scattered over "fsdp"
+    where that divides the vocabulary."""
+    mesh = build_mesh(mesh_config)
+    rng = np.random.default_rng(vocab)
+    b, l, d = 8, 11, 16
+    hidden = jnp.asarray(rng.normal(0, 1, (b, l, d)), jnp.float32)
+    head = jnp.asarray(rng.normal(0, 0.5, (d, vocab)), jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, vocab, (b, l)), jnp.int32)
+    weights = jnp.asarray(rng.normal(0, 1, (b, l)), jnp.float32)
+    args = (jnp.asarray(rng.random((b, l)) < 0.5), 10) if subset else ()
+
+    def loss(h, w, on):
+        logprobs, entropy = head_logprobs(h, w, tokens, 4, recompute, *args, mesh=on)
+        return jnp.sum(weights * logprobs), (logprobs, entropy)
+
+    grad = jax.jit(jax.grad(loss, argnums=(0, 1), has_aux=True), static_argnums=2)
+    want = grad(hidden, head, None)
+    rows = jax.device_put(hidden, NamedSharding(mesh, PartitionSpec(BATCH_AXES)))
+    sharded_head = jax.device_put(head, NamedSharding(mesh, PartitionSpec("fsdp", "model")))
+    got = grad(rows, sharded_head, mesh)
+    for got_part, want_part in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(got_part, want_part, rtol=1e-5, atol=1e-5)
+    program = grad.lower(rows, sharded_head, mesh).as_text()
+    assert ("reduce_scatter" in program) == (vocab % mesh.shape["fsdp"] == 0)
 
 
 def test_chunked_head_in_bf16_keeps_gradient_dtypes_and_values():

@@ -209,12 +209,14 @@ def test_head_positions_buckets_the_most_trained_tokens_of_a_row():
     assert head_positions(batch_of(full), buckets=4) is None
 
 
-@pytest.mark.parametrize("mesh", [MeshConfig(fsdp=4, model=2), MeshConfig(data=2, fsdp=2, model=2)],
-                         ids=["fsdp4-model2", "data2-fsdp2-model2"])
-def test_sharded_step_equals_single_device(batches, reference_run, mesh):
+@pytest.mark.parametrize("mesh, head_per_device", [(MeshConfig(fsdp=4, model=2), False),
+                                                   (MeshConfig(data=2, fsdp=2, model=2), True)],
+                         ids=["fsdp4-model2", "data2-fsdp2-model2-head-per-device"])
+def test_sharded_step_equals_single_device(batches, reference_run, mesh, head_per_device):
     if jax.device_count() < 8:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8")
-    learner = Learner(CFG, FP32, mesh=build_mesh(mesh))
+    learner = Learner(CFG, dataclasses.replace(FP32, head_per_device=head_per_device),
+                      mesh=build_mesh(mesh))
     state = learner.init(init_params())
     gate = state.params["layers"]["gate"]  # [layers, d, f]: d over fsdp, f over model
     assert gate.addressable_shards[0].data.shape == (2, 32 // mesh.fsdp, 32)
