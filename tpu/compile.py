@@ -122,6 +122,7 @@ class Program:
     seconds: float  # compile time
     exhausted: int = 0  # bytes the compiler needed when it ran out of memory (0: it did not)
     live: int = 0  # the compiler's own peak of live bytes (`peak_memory_in_bytes`; 0: none)
+    collective_arrays: tuple[str, ...] = ()  # distinct arrays they produce: "bf16[8,64,1024]"
 
     @property
     def peak(self) -> int:
@@ -134,15 +135,30 @@ def collectives(hlo: str) -> dict[str, tuple[int, int]]:
     """op -> (how many, bytes of their results) over a compiled module's text, async starts
     counted once (a loop body's collectives appear once however often it runs)."""
     found = {op: [0, 0] for op in COLLECTIVES}
+    for op, arrays in _collective_results(hlo):
+        found[op][0] += 1
+        found[op][1] += sum(DTYPE_BYTES[dtype] * math.prod(int(n) for n in dims.split(",") if n)
+                            for dtype, dims in arrays)
+    return {op: (count, size) for op, (count, size) in found.items()}
+
+
+def collective_arrays(hlo: str) -> tuple[str, ...]:
+    """The distinct arrays ("dtype[dims]") the collectives of a compiled module's text
+    produce, sorted: whose data a collective moves, by its shape."""
+    return tuple(sorted({f"{dtype}[{dims}]" for _, arrays in _collective_results(hlo)
+                         for dtype, dims in arrays}))
+
+
+def _collective_results(hlo: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(op without "-start", its results' (dtype, dims)) of every collective in the text."""
+    found = []
     for shape, op in _INSTRUCTION.findall(hlo):
         base = op.removesuffix("-start")
-        arrays = [DTYPE_BYTES[dtype] * math.prod(int(n) for n in dims.split(",") if n)
-                  for dtype, dims in _ARRAY.findall(shape)]
+        arrays = _ARRAY.findall(shape)
         if op.endswith("-start") and base in ("all-gather", "collective-permute"):
             arrays = arrays[-1:]  # (operand, result, ...): the result is the last array
-        found[base][0] += 1
-        found[base][1] += sum(arrays)
-    return {op: (count, size) for op, (count, size) in found.items()}
+        found.append((base, arrays))
+    return found
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -179,11 +195,11 @@ def _program(name: str, lowered, hbm_limit: int | None = None) -> Program:
         return Program(name, 0, 0, 0, 0, dict.fromkeys(COLLECTIVES, (0, 0)),
                        time.perf_counter() - start, needed)
     seconds = time.perf_counter() - start
-    stats = compiled.memory_analysis()
+    stats, hlo = compiled.memory_analysis(), compiled.as_text()
     return Program(name, stats.argument_size_in_bytes, stats.output_size_in_bytes,
-                   stats.alias_size_in_bytes, stats.temp_size_in_bytes,
-                   collectives(compiled.as_text()), seconds,
-                   live=stats.peak_memory_in_bytes)
+                   stats.alias_size_in_bytes, stats.temp_size_in_bytes, collectives(hlo),
+                   seconds, live=stats.peak_memory_in_bytes,
+                   collective_arrays=collective_arrays(hlo))
 
 
 def _abstract(tree, shardings):

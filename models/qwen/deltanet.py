@@ -55,9 +55,10 @@ def causal_conv(x: jax.Array, valid: jax.Array, weight: jax.Array, history: jax.
     kernel = weight.shape[0]
     rank = jnp.cumsum(valid, axis=1) - 1  # index of each valid token among the row's valid ones
     slot = jnp.where(valid, kernel - 1 + rank, kernel - 1 + l)  # invalid -> dropped
-    rows = jnp.arange(b)[:, None]
     stream = jnp.concatenate([history, jnp.zeros((b, l, c), x.dtype)], axis=1)
-    stream = stream.at[rows, slot].set(x, mode="drop")
+    # vmap makes the rows a batching dimension of the scatter, which a partitioner splits like
+    # the rows themselves; indexed by row number, the TPU compiler gathered every row's inputs.
+    stream = jax.vmap(lambda s, i, u: s.at[i].set(u, mode="drop"))(stream, slot, x)
     window = sum(stream[:, j:j + l, :].astype(jnp.float32) * weight[j].astype(jnp.float32)
                  for j in range(kernel))
     compact = jax.nn.silu(window).astype(x.dtype)

@@ -181,9 +181,9 @@ def _counted(penalties: Penalties | None, token: jax.Array, real: jax.Array
              ) -> Penalties | None:
     if penalties is None:
         return None
-    rows = jnp.arange(token.shape[0])
-    return penalties._replace(counts=penalties.counts.at[rows, token].add(
-        real.astype(penalties.counts.dtype)))
+    counts = jax.vmap(lambda c, t, r: c.at[t].add(r))(
+        penalties.counts, token, real.astype(penalties.counts.dtype))
+    return penalties._replace(counts=counts)
 
 
 class _Loop(NamedTuple):

@@ -149,9 +149,8 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
 def _scatter_rows(values: jax.Array, slots: jax.Array, length: int) -> jax.Array:
     """[B, P] values at positions `slots` [B, P] of [B, length] zeros; slots >= length are
     dropped."""
-    rows = jnp.arange(values.shape[0])[:, None]
-    return jnp.zeros((values.shape[0], length), values.dtype).at[rows, slots].set(
-        values, mode="drop")
+    zeros = jnp.zeros((values.shape[0], length), values.dtype)
+    return jax.vmap(lambda z, i, v: z.at[i].set(v, mode="drop"))(zeros, slots, values)
 
 
 def _padded_chunks(hidden, head, following, chunk, recompute, mesh):

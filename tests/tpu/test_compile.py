@@ -157,6 +157,15 @@ def test_every_program_compiles_with_the_planned_shardings(report):
         assert turn.collectives["all-reduce"][0] > 0  # tensor parallel: partial sums combined
     learner = report.program("learner step")
     assert learner.collectives["all-gather"][0] > 0  # FSDP gathers each layer's weights
+    if setup.sizes["model"] == 1:
+        # ... and never a micro-batch's activations: each chip computes on its own rows (the
+        # Gated DeltaNet's conv scatter, indexed by row number, had every row's inputs
+        # gathered). The embedding lookup gathers every row's token ids (integers); with a
+        # "model" axis it gathers the rows' embeddings instead of the table, the cheaper way
+        # when the vocabulary outnumbers the tokens.
+        rows = f"[{setup.work.rows // setup.work.micro_batches},{setup.work.length},"
+        assert not [a for a in learner.collective_arrays
+                    if rows in a and a.startswith(("bf16", "f32"))]
     assert learner.alias > 0.9 * report.state  # the state is donated and updated in place
 
 
@@ -243,6 +252,7 @@ def test_collectives_are_read_from_the_hlo():
     assert found["all-reduce"] == (1, (4 + 4) * 4)
     assert found["reduce-scatter"] == (1, 16 * 4)
     assert found["all-to-all"] == (0, 0)
+    assert tpu_compile.collective_arrays(hlo) == ("bf16[32,256]", "f32[16]", "f32[2,2]", "f32[4]")
 
 
 def test_suggestions_fit_by_the_plan():
