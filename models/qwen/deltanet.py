@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from models.qwen.config import QwenConfig
 from models.qwen.matmul import dense
+from models.qwen.sharding import set_in_rows
 
 CHUNK = 64
 HIGHEST = jax.lax.Precision.HIGHEST
@@ -56,9 +57,7 @@ def causal_conv(x: jax.Array, valid: jax.Array, weight: jax.Array, history: jax.
     rank = jnp.cumsum(valid, axis=1) - 1  # index of each valid token among the row's valid ones
     slot = jnp.where(valid, kernel - 1 + rank, kernel - 1 + l)  # invalid -> dropped
     stream = jnp.concatenate([history, jnp.zeros((b, l, c), x.dtype)], axis=1)
-    # vmap makes the rows a batching dimension of the scatter, which a partitioner splits like
-    # the rows themselves; indexed by row number, the TPU compiler gathered every row's inputs.
-    stream = jax.vmap(lambda s, i, u: s.at[i].set(u, mode="drop"))(stream, slot, x)
+    stream = set_in_rows(stream, slot, x)
     window = sum(stream[:, j:j + l, :].astype(jnp.float32) * weight[j].astype(jnp.float32)
                  for j in range(kernel))
     compact = jax.nn.silu(window).astype(x.dtype)

@@ -5,7 +5,8 @@ learner's FSDP layout and the sampler's tensor-parallel one) live with the mesh,
 `param_shardings` turns a table into a `NamedSharding` per parameter after two checks: no
 parameter may map two of its axes to the same mesh axis (a collision), and a dimension that
 does not divide evenly by its mesh axis is replicated instead (e.g. 2 kv heads on a 4-way model
-axis), which `describe_placement` reports.
+axis), which `describe_placement` reports. `set_in_rows` writes each row's slots in a form
+the partitioner splits with the rows.
 """
 
 from __future__ import annotations
@@ -59,3 +60,14 @@ def describe_placement(params) -> dict[str, str]:
         shard = x.addressable_shards[0].data.shape
         out[_path_name(path)] = f"{tuple(x.shape)} / {tuple(shard)}"
     return out
+
+
+def set_in_rows(target: jax.Array, slots: jax.Array, values: jax.Array) -> jax.Array:
+    """`target` [B, N, ...] with row b's `values[b]` [P, ...] written at its `slots[b]` [P];
+    slots >= N are dropped.
+
+    Vmapped, the scatter carries the rows as a batching dimension, which a partitioner splits
+    like the rows themselves; indexed by row number instead, the TPU compiler gathered every
+    row's values onto every chip.
+    """
+    return jax.vmap(lambda t, i, v: t.at[i].set(v, mode="drop"))(target, slots, values)

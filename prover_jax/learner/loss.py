@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
 from models.qwen.matmul import dense
+from models.qwen.sharding import set_in_rows
 from prover_jax.checks import check_arrays
 from prover_jax.learner.config import LossConfig
 from tpu.mesh_config import BATCH_AXES
@@ -149,8 +150,7 @@ def head_logprobs(hidden: jax.Array, head: jax.Array, tokens: jax.Array, chunk: 
 def _scatter_rows(values: jax.Array, slots: jax.Array, length: int) -> jax.Array:
     """[B, P] values at positions `slots` [B, P] of [B, length] zeros; slots >= length are
     dropped."""
-    zeros = jnp.zeros((values.shape[0], length), values.dtype)
-    return jax.vmap(lambda z, i, v: z.at[i].set(v, mode="drop"))(zeros, slots, values)
+    return set_in_rows(jnp.zeros((values.shape[0], length), values.dtype), slots, values)
 
 
 def _padded_chunks(hidden, head, following, chunk, recompute, mesh):
