@@ -21,7 +21,7 @@ import hashlib
 import importlib
 import inspect
 import random
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 SPLITS = ("train", "eval")
@@ -57,6 +57,7 @@ class Env(abc.ABC):
     has_expert: ClassVar[bool] = True  # False: `expert_action` raises NotImplementedError
     splits: ClassVar[tuple[str, ...]] = SPLITS
     task_origin: ClassVar[str] = "generated"  # where the tasks come from (`task_source`)
+    oracles: ClassVar[frozenset[str]] = frozenset()  # "pivot", "progress": hidden-state oracles
 
     @abc.abstractmethod
     def split_size(self, split: str) -> int:
@@ -102,6 +103,25 @@ class Env(abc.ABC):
     @abc.abstractmethod
     def expert_action(self) -> str:
         """The expert's next action from the current state (it may use hidden state)."""
+
+    def sampled_expert_action(self, rng: random.Random) -> str:
+        """The next action of an expert that makes random choices, drawn from ``rng``
+        (household-pivot's demonstrator chooses among look-alikes); by default the expert's."""
+        del rng
+        return self.expert_action()
+
+    def oracle_pivot(self, states: Sequence[Hashable]) -> tuple[int, int] | None:
+        """The pivotal segment ``(first turn, last turn)`` of a successful episode with
+        snapshots ``states``, read from hidden state (a positive control's judge), or None.
+        Raises NotImplementedError unless ``"pivot"`` is in ``oracles``."""
+        raise NotImplementedError(f"{self.name} has no pivot oracle (household-pivot has one)")
+
+    def oracle_progress(self, state: Hashable) -> float:
+        """The task's true progress in ``state``, in [0, 1], read from hidden state (a
+        positive control's credit). Raises NotImplementedError unless ``"progress"`` is in
+        ``oracles``."""
+        raise NotImplementedError(
+            f"{self.name} has no progress oracle (household-pivot has one)")
 
     def random_action(self, rng: random.Random) -> str:
         """A random plausible action now, for exploration, tests and benchmarks."""
@@ -215,6 +235,7 @@ def make(name: str, **config: Any) -> Env:
 _BUILTIN: dict[str, str] = {
     "household": "envs.household",
     "household-small": "envs.household",
+    "household-pivot": "envs.household",
     "alfworld": "envs.alfworld",
     "alfworld-small": "envs.alfworld",
     "webshop": "envs.webshop",

@@ -164,6 +164,8 @@ def _apply(env: Env, op: str, arg: Any):
         return None, arg
     if op == "random_action":
         return env.random_action(random.Random(arg)), None
+    if op == "sampled_expert_action":
+        return env.sampled_expert_action(random.Random(arg)), None
     if op in QUERIES:
         return getattr(env, op)(), None
     raise ValueError(f"unknown pool operation {op!r}")
@@ -267,6 +269,10 @@ class EnvPool:
     def random_actions(self, slots: Sequence[int], seeds: Sequence[int]) -> list[str]:
         """Each slot's ``random_action``, drawn with ``random.Random(seeds[i])``."""
         return self._call("random_action", slots, seeds)
+
+    def sampled_expert_actions(self, slots: Sequence[int], seeds: Sequence[int]) -> list[str]:
+        """Each slot's ``sampled_expert_action``, drawn with ``random.Random(seeds[i])``."""
+        return self._call("sampled_expert_action", slots, seeds)
 
     def pids(self) -> list[int]:
         """The worker process ids (they change when a worker is replaced)."""

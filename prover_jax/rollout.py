@@ -120,10 +120,11 @@ class Policy(abc.ABC):
 
 
 class ScriptedPolicy(Policy):
-    """The environment's expert, replaced by a random action with probability ``epsilon``, then
-    by the episode's previous action again with probability ``repeats`` (usually one the
-    environment rejects: the agent is already there, already holds the object, the receptacle
-    is already open)."""
+    """The environment's expert (its random choices, if it makes any, drawn from the
+    episode's stream: `Env.sampled_expert_action`), replaced by a random action with
+    probability ``epsilon``, then by the episode's previous action again with probability
+    ``repeats`` (usually one the environment rejects: the agent is already there, already
+    holds the object, the receptacle is already open)."""
 
     def __init__(self, epsilon: float = 0.0, repeats: float = 0.0):
         if not (0.0 <= epsilon <= 1.0 and 0.0 <= repeats <= 1.0):
@@ -139,9 +140,12 @@ class ScriptedPolicy(Policy):
         from ``rngs[i]``."""
         explore = [rng.random() < self.epsilon for rng in rngs]
         seeds = [rng.getrandbits(63) for rng in rngs]
-        expert = [s for s, e in zip(slots, explore) if not e]
+        expert = [(s, seed) for s, e, seed in zip(slots, explore, seeds) if not e]
         randoms = [(s, seed) for s, e, seed in zip(slots, explore, seeds) if e]
-        texts = dict(zip(expert, pool.query("expert_action", expert))) if expert else {}
+        texts = {}
+        if expert:
+            texts.update(zip([s for s, _ in expert], pool.sampled_expert_actions(
+                [s for s, _ in expert], [seed for _, seed in expert])))
         if randoms:
             chosen = pool.random_actions([s for s, _ in randoms], [seed for _, seed in randoms])
             texts.update(zip([s for s, _ in randoms], chosen))

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from envs.base import Env
 from envs.pool import EnvPool
-from prover_jax.judges.base import Judge, Proposal, TrajectoryView, Turn, no_credit
+from prover_jax.judges.base import Hidden, Judge, Proposal, TrajectoryView, Turn, no_credit
 from prover_jax.rollout import Episode, Policy, rng_streams, run
 
 DELTA_BINS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
@@ -95,18 +96,20 @@ def select(group: Sequence[Episode], config: VerifyConfig) -> int:
     return min(wins, key=lambda i: (group[i].num_turns, i))
 
 
-def view(episode: Episode, row: int) -> TrajectoryView:
-    """The policy-visible text of an episode: observations shown, actions taken."""
+def view(episode: Episode, row: int, env: Env | None = None) -> TrajectoryView:
+    """The policy-visible text of an episode: observations shown, actions taken; with
+    ``env``, also its hidden state (`judges.base.Hidden`), for a judge that reads states."""
     turns = tuple(Turn(t, episode.observations[t], action.text, episode.valid[t])
                   for t, action in enumerate(episode.actions))
-    return TrajectoryView(row, episode.observations[0], turns, episode.reward)
+    hidden = Hidden(env, episode.task, episode.states) if env is not None else None
+    return TrajectoryView(row, episode.observations[0], turns, episode.reward, hidden)
 
 
 def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
                 groups: Sequence[Sequence[Episode]],
                 rng: random.Random | Sequence[random.Random],
-                config: VerifyConfig = VerifyConfig(), num_rows: int | None = None
-                ) -> ProverResult:
+                config: VerifyConfig = VerifyConfig(), num_rows: int | None = None,
+                env: Env | None = None) -> ProverResult:
     """Judges every eligible group and verifies every valid proposal.
 
     Args:
@@ -119,6 +122,7 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
         stream alone, so with streams per group its result does not depend on the others.
       config: VerifyConfig.
       num_rows: B of the packed batch (default: the number of episodes).
+      env: an environment of the groups' kind, which a judge that ``reads_states`` needs.
 
     Returns:
       ProverResult.
@@ -127,11 +131,17 @@ def prover_step(pool: EnvPool, policy: Policy, judge: Judge,
     num_rows = rows if num_rows is None else num_rows
     if num_rows < rows:
         raise ValueError(f"{rows} episodes do not fit in num_rows={num_rows}")
+    if judge.reads_states:
+        if env is None:
+            raise ValueError(f"{type(judge).__name__} reads states: prover_step needs env")
+        judge.check_env(env)
+    hidden = env if judge.reads_states else None
     eligible = [g for g, group in enumerate(groups)
                 if is_eligible([e.reward for e in group], config)]
     chosen = {g: select(groups[g], config) for g in eligible}
-    asks = [(view(groups[g][chosen[g]], chosen[g]),
-             [view(e, i) for i, e in enumerate(groups[g]) if e.reward < config.success_reward])
+    asks = [(view(groups[g][chosen[g]], chosen[g], hidden),
+             [view(e, i, hidden) for i, e in enumerate(groups[g])
+              if e.reward < config.success_reward])
             for g in eligible]
     group_rngs = rng_streams(rng, len(groups))
     answers = dict(zip(eligible, judge_all(judge, asks, [group_rngs[g] for g in eligible],

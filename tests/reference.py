@@ -86,6 +86,15 @@ def prover(base, turn_valid, seg_start, seg_end, delta, lam=1.0):
     return out
 
 
+def progress_credit(base, turn_valid, progress_gain, weight=1.0):
+    out = per_turn(base, turn_valid)
+    for b in range(out.shape[0]):
+        for t in range(out.shape[1]):
+            if turn_valid[b][t]:
+                out[b, t] += weight * progress_gain[b][t]
+    return out
+
+
 def gigpo(rewards, group_ids, anchor_ids, turn_valid, step_rewards=None, gamma=0.95, omega=1.0,
           mode="mean_norm", episode_stats="per_trajectory", eps=1e-6):
     """GiGPO as verl-agent computes it, over one record per (trajectory, turn)."""

@@ -73,7 +73,8 @@ class State(NamedTuple):
 @functools.lru_cache(maxsize=256)
 def world_of(task: Task) -> World:
     """The generated world of ``task`` (cached: generation is deterministic)."""
-    return world_lib.generate(task_seed(task), small=task.env == HouseholdSmall.name)
+    return world_lib.generate(task_seed(task), small=task.env == HouseholdSmall.name,
+                              pivot=task.env == PIVOT)
 
 
 def initial_state(task: Task, world: World) -> State:
@@ -128,25 +129,40 @@ def welcome(world: World) -> str:
     return (
         "-= Welcome to TextWorld, ALFRED! =-\n\n"
         f"You are in the middle of a room. Looking quickly around you, you see {room}.\n\n"
-        f"Your task is to: {world.goal_text}"
+        f"Your task is to: {world.goal_text}" + (f"\n{world.clue}" if world.clue else "")
     )
 
 
 def goal_reached(world: World, state: State) -> bool:
-    """ALFWorld's goal condition of the task type, evaluated on ``state``."""
-    goal = world.goal_type
+    """ALFWorld's goal condition of the task type, evaluated on ``state``, over the objects
+    that can satisfy it (`World.goal_objects`); never once a look-alike was handled."""
+    goals = world.goal_objects
+    if handled_decoys(world, state):
+        return False
     if world.task_type == "look":
-        if state.held == NOBODY or world.object_types[state.held] != goal:
+        if state.held == NOBODY or not goals >> state.held & 1:
             return False
         return any(state.lit >> l & 1 and state.object_location[l] == state.location
                    for l in range(len(world.objects)) if world.object_types[l] == world_lib.LAMP)
     flags = {"heat": state.hot, "cool": state.cold, "clean": state.clean}.get(world.task_type, -1)
     placed = 0
     for o, r in enumerate(state.object_location):
-        if (world.object_types[o] == goal and r != HELD and flags >> o & 1
+        if (goals >> o & 1 and r != HELD and flags >> o & 1
                 and world.receptacle_types[r] == world.target_type):
             placed += 1
     return placed >= (2 if world.task_type == "pick2" else 1)
+
+
+def handled_decoys(world: World, state: State) -> int:
+    """Bitmask of the goal type's look-alikes (`World.decoys`) the agent has given the task's
+    transformation or put in a target receptacle: either ends a household-pivot episode as a
+    failure. 0 in worlds without look-alikes."""
+    if not world.decoys:
+        return 0
+    flags = {"heat": state.hot, "cool": state.cold, "clean": state.clean}.get(world.task_type, 0)
+    in_target = sum(1 << o for o, r in enumerate(state.object_location)
+                    if r != HELD and world.receptacle_types[r] == world.target_type)
+    return world.decoys & (flags | in_target)
 
 
 def parse(world: World, action: str) -> tuple[str, int, int] | None:
@@ -345,6 +361,7 @@ class Household(Env):
     max_turns = 50
     searching_expert = False  # the expert knows where every object is (`expert`)
     remind_task = False  # observations after the first do not repeat the task
+    list_actions = False  # observations do not end with the admissible actions
 
     def __init__(self, train_tasks: int = 3553, eval_tasks: int = 134):
         self._sizes = {"train": train_tasks, "eval": eval_tasks}
@@ -358,19 +375,27 @@ class Household(Env):
         self.check_task(task)
         self._world = world_of(task)
         self._state = initial_state(task, self._world)
-        return welcome(self._world)
+        return self._listed(welcome(self._world))
 
     def step(self, action: str) -> Step:
         self.check_action(action)
         state, world = self._running()
         new, text, valid = transition(world, state, action)
         won = goal_reached(world, new)
-        truncated = not won and new.turn + 1 >= self.max_turns
-        self._state = new._replace(turn=new.turn + 1, done=won or truncated)
+        failed = bool(handled_decoys(world, new))
+        truncated = not won and not failed and new.turn + 1 >= self.max_turns
+        done = won or failed or truncated
+        self._state = new._replace(turn=new.turn + 1, done=done)
         info = {"valid": valid, "won": won, "truncated": truncated}
         if self.remind_task:
             text = f"{text}\nYour task is to: {world.goal_text}"
-        return Step(text, won or truncated, 1.0 if won else 0.0, info)
+        return Step(text if done else self._listed(text), done, 1.0 if won else 0.0, info)
+
+    def _listed(self, text: str) -> str:
+        """``text``, followed by the admissible actions where this kind lists them."""
+        if not self.list_actions:
+            return text
+        return f"{text}\nAdmissible actions: {', '.join(self.admissible())}."
 
     def snapshot(self) -> State:
         return self._running(finished_ok=True)[0]
@@ -437,6 +462,8 @@ class HouseholdSmall(Household):
     searching_expert = True
     remind_task = True
 
+
+PIVOT = "household-pivot"  # `envs.household.pivot`, whose worlds `world_of` generates here
 
 register(Household.name, Household)
 register(HouseholdSmall.name, HouseholdSmall)

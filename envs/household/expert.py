@@ -16,23 +16,50 @@ where each object type is kept can beat it.
 
 from __future__ import annotations
 
-from envs.household.env import HELD, NOBODY, State, can_put, is_open
+import random
+
+from envs.household.env import HELD, MIDDLE, NOBODY, State, can_put, is_open
 from envs.household.world import APPLIANCE, LAMP, World
 
 
 def expert_action(world: World, state: State, searching: bool = False) -> str:
     """The expert's next action in ``state``; ``searching``: the searching expert (above)."""
     held = state.held
-    if held != NOBODY and world.object_types[held] != world.goal_type:
+    if held != NOBODY and not world.goal_objects >> held & 1:
         return _put_down(world, state)
     if world.task_type == "look":
         return _look(world, state, searching)
     if held != NOBODY:
         return _deliver(world, state)
     placed = set(_placed(world, state))
-    wanted = [o for o, t in enumerate(world.object_types)
-              if t == world.goal_type and o not in placed]
+    wanted = [o for o in range(len(world.objects))
+              if world.goal_objects >> o & 1 and o not in placed]
     return _find(world, state, wanted, searching, _fetch)
+
+
+def blind_action(world: World, state: State, rng: random.Random) -> str:
+    """household-pivot's demonstrator: the searching expert, blind to the clue. It takes one
+    of the goal type's look-alikes at random and delivers whichever it holds.
+
+    At a receptacle that shows an untaken look-alike it takes it with probability
+    ``1 / (1 + look-alikes not seen yet)``, else explores on; once every look-alike has been
+    seen it fetches one at random. On an undisturbed run that is each look-alike with
+    probability 1/3, and the choice is a function of the observations and ``rng`` alone."""
+    held = state.held
+    lookalikes = world.mask(world.goal_type)
+    if held != NOBODY:
+        return _deliver(world, state) if lookalikes >> held & 1 else _put_down(world, state)
+    here = state.location
+    free = [o for o in range(len(world.objects))
+            if lookalikes >> o & 1 and state.object_location[o] != HELD]
+    shown = [o for o in free if here != MIDDLE and state.object_location[o] == here
+             and is_open(world, state, here) and state.seen >> o & 1]
+    unseen = [o for o in free if not state.seen >> o & 1]
+    if shown and rng.random() * (len(shown) + len(unseen)) < len(shown):
+        return _fetch(world, state, shown[0])
+    if unseen:
+        return _find(world, state, unseen, True, _fetch)
+    return _fetch(world, state, rng.choice([o for o in free if o not in shown] or shown))
 
 
 def _find(world: World, state: State, wanted: list[int], searching: bool, reach) -> str:
@@ -48,7 +75,7 @@ def _find(world: World, state: State, wanted: list[int], searching: bool, reach)
 def _placed(world: World, state: State) -> list[int]:
     """Goal objects that already count: in a target receptacle and transformed if required."""
     return [o for o, r in enumerate(state.object_location)
-            if world.object_types[o] == world.goal_type and r != HELD
+            if world.goal_objects >> o & 1 and r != HELD
             and world.receptacle_types[r] == world.target_type and _transformed(world, state, o)]
 
 
@@ -78,8 +105,11 @@ def _fetch(world: World, state: State, o: int) -> str:
 
 def _put_down(world: World, state: State) -> str:
     """Towards putting the held object down: here if this receptacle can hold it, else at the
-    first one in the room's listing that can (a surface before a container)."""
-    places = [r for r in world.listing_order if can_put(world, state.held, r)]
+    first one in the room's listing that can (a surface before a container); never a
+    look-alike in a target, which would end a household-pivot episode."""
+    decoy = world.decoys >> state.held & 1
+    places = [r for r in world.listing_order if can_put(world, state.held, r)
+              and not (decoy and world.receptacle_types[r] == world.target_type)]
     here = (state.location if state.location in places
             else min(places, key=lambda r: world.openable[r]))
     step = _go_open(world, state, here)

@@ -56,7 +56,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from envs.household.env import HELD, MIDDLE, NOBODY, State, goal_reached, parse
+from envs.household.env import (
+    HELD,
+    MIDDLE,
+    NOBODY,
+    State,
+    goal_reached,
+    handled_decoys,
+    parse,
+)
 from envs.household.world import APPLIANCE, LAMP, World
 from envs.verifier import (
     Atom,
@@ -82,7 +90,7 @@ class HouseholdVerifier(Verifier):
 
     def __init__(self, world: World):
         self.world = world
-        self.goal_mask = world.mask(world.goal_type)
+        self.goal_mask = world.goal_objects
         self.target_mask = world.receptacle_mask(world.target_type) if world.target_type else 0
         self.started_in_target = sum(1 << o for o, r in enumerate(world.start)
                                      if self.target_mask >> r & 1)
@@ -283,6 +291,41 @@ class HouseholdVerifier(Verifier):
             if state.held != NOBODY:
                 moved("object swapped", "in_light", {state.held: w.start[state.held]}, held=NOBODY)
         return out
+
+
+class PivotVerifier(HouseholdVerifier):
+    """household-pivot's goal check: the household atoms over the goal object alone (the one
+    the clue names), then ``untouched:<goal type>``, SAT until a look-alike is given the task's
+    transformation or put in a target and VIOL from then on (which also ends the episode). Its
+    violation edge goes to the action that handled the look-alike."""
+
+    def _atoms(self) -> tuple[Atom, ...]:
+        w = self.world
+        made = f"made {flag_word(w.task_type)}or " if w.task_type in _FLAG else ""
+        return super()._atoms() + (
+            Atom(f"untouched:{w.goal_type}", Kind.STATE, Role.HARD, "wrong_object",
+                 ("decoys_handled",), irreversible=True, source="household-pivot rules",
+                 description=f"no look-alike {w.goal_type} has been "
+                             f"{made}put in a {w.target_type}"),)
+
+    def evidence(self, state: State) -> dict[str, int]:
+        """The household evidence and ``decoys_handled``: the look-alikes handled (a
+        bitmask, `env.handled_decoys`)."""
+        return {**super().evidence(state), "decoys_handled": handled_decoys(self.world, state)}
+
+    def evaluate(self, evidence: Mapping[str, int]) -> tuple[Status, ...]:
+        return super().evaluate(evidence) + (VIOL if evidence["decoys_handled"] else SAT,)
+
+    def mutations(self, state: State) -> list[Mutation]:
+        """The household mutations, and a look-alike put in the target."""
+        w = self.world
+        decoys = [o for o in range(len(w.objects)) if w.decoys >> o & 1 and o != state.held]
+        targets = [r for r, t in enumerate(w.receptacle_types) if t == w.target_type]
+        locations = list(state.object_location)
+        locations[decoys[0]] = targets[0]
+        return super().mutations(state) + [Mutation(
+            "look-alike placed", state._replace(object_location=tuple(locations)),
+            families=("wrong_object",))]
 
 
 def flag_word(task_type: str) -> str:

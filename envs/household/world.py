@@ -227,6 +227,19 @@ class World:
     goal_type: str  # the object type the goal is about
     target_type: str  # the receptacle type to put it in ("" for look tasks)
     goal_text: str
+    goal_object: int = -1  # the one object that satisfies the goal (household-pivot), or -1
+    clue: str = ""  # the line after the task that tells the goal object from its look-alikes
+
+    @functools.cached_property
+    def goal_objects(self) -> int:
+        """Bitmask of the objects that can satisfy the goal: every one of the goal type, or
+        ``goal_object`` alone where the task names one."""
+        return 1 << self.goal_object if self.goal_object >= 0 else self.mask(self.goal_type)
+
+    @functools.cached_property
+    def decoys(self) -> int:
+        """Bitmask of the goal type's look-alikes that cannot satisfy the goal."""
+        return self.mask(self.goal_type) & ~self.goal_objects
 
     @functools.cached_property
     def index(self) -> dict[str, tuple[str, int]]:
@@ -258,15 +271,63 @@ class World:
         return self.mask(LAMP)
 
 
-def generate(seed: int, small: bool = False) -> World:
+def generate(seed: int, small: bool = False, pivot: bool = False) -> World:
     """The world and goal of one seed; retries layouts until the goal is achievable.
-    ``small``: a ``household-small`` room (see the module docstring)."""
+    ``small``: a ``household-small`` room (see the module docstring); ``pivot``: a
+    ``household-pivot`` room (`with_lookalikes`), small and of a single-object place task."""
     rng = random.Random(seed)
-    task_type = rng.choices(TASK_TYPES, TASK_WEIGHTS)[0]
+    if pivot:
+        task_type = rng.choices(PIVOT_TASK_TYPES, [TASK_WEIGHTS[TASK_TYPES.index(t)]
+                                                   for t in PIVOT_TASK_TYPES])[0]
+    else:
+        task_type = rng.choices(TASK_TYPES, TASK_WEIGHTS)[0]
     while True:
-        world = _try_generate(rng, task_type, small)
+        world = _try_generate(rng, task_type, small or pivot)
+        if world is not None and pivot:
+            world = with_lookalikes(rng, world)
         if world is not None:
             return world
+
+
+PIVOT_TASK_TYPES: tuple[TaskType, ...] = ("pick", "clean", "heat", "cool")
+LOOKALIKES = 3
+
+
+def with_lookalikes(rng: random.Random, world: World) -> World | None:
+    """``world`` with exactly `LOOKALIKES` objects of the goal type, each starting in a
+    receptacle of its own type, one of them the goal object; the clue names where that one
+    starts. None when the room has too few places for them.
+
+    The look-alikes never start in the target, the task's appliance, the fridge (a goal object
+    there starts cool) or the garbage can, so that handling one (`env.handled_decoys`) is
+    always something the agent did. Receptacle types the look-alikes need and the small room
+    lacks are added to it.
+    """
+    goal = world.goal_type
+    excluded = {world.target_type, APPLIANCE.get(world.task_type, ""), APPLIANCE["cool"],
+                "garbagecan"}
+    allowed = sorted({t for t in STARTS[goal] if t not in excluded
+                      and RECEPTACLES[t][1].get(world.room, (0, 0))[1] > 0})
+    if len(allowed) < LOOKALIKES:
+        return None
+    places = rng.sample(allowed, LOOKALIKES)
+    receptacle_types = list(world.receptacle_types)
+    receptacle_types += [t for t in places if t not in receptacle_types]
+    names, types = _number(receptacle_types)
+    objects = [(t, r) for t, r in zip(world.object_types, world.start) if t != goal]
+    objects += [(goal, types.index(t)) for t in places]
+    order = list(range(len(objects)))
+    rng.shuffle(order)
+    right = order.index(len(objects) - 1 - rng.randrange(LOOKALIKES))
+    objects = [objects[i] for i in order]
+    object_names, object_types = _number([t for t, _ in objects])
+    where = objects[right][1]
+    preposition = "in" if RECEPTACLES[types[where]][0] else "on"
+    return dataclasses.replace(
+        world, receptacles=names, receptacle_types=types,
+        openable=tuple(RECEPTACLES[t][0] for t in types), objects=object_names,
+        object_types=object_types, start=tuple(r for _, r in objects), goal_object=right,
+        clue=f"The {goal} you need is the one {preposition} the {names[where]}.")
 
 
 def _try_generate(rng: random.Random, task_type: TaskType, small: bool = False) -> World | None:

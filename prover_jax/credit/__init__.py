@@ -14,6 +14,7 @@ _SOURCES = {
     "criticsearch": "critic_labels", "anchor_ids_from_observations": "step_groups",
     "discounted_returns": "step_groups", "episode_advantage": "step_groups",
     "gigpo": "step_groups", "grpo": "outcome", "rloo": "outcome", "prover": "segment_bonus",
+    "progress_credit": "progress",
     "spo_chain": "spo", "spo_chain_segments": "spo", "spo_tree": "spo", "spo_tree_values": "spo",
     "high_prob_mask": "tokens", "per_turn": "tokens", "to_tokens": "tokens",
 }

@@ -10,7 +10,8 @@ decided (ProVer's proposals, VICT's proofs) for the run directory. Every host si
 per-row values through `HostContext.rows`, the one statement of the row layout: group g's
 member i is row `offset(g) + i`, groups in order.
 
-The built-in host sides are ProVer's (judge and boundary verification), GiGPO's (anchor ids
+The built-in host sides are ProVer's (judge and boundary verification), the dense oracle's
+(the environment's progress before and after each action), GiGPO's (anchor ids
 from the observation each turn acted on), SPO-chain's (Monte-Carlo values at segment
 boundaries), SPO-tree's (the trees' structure) and CriticSearch's (critic labels); GRPO, RLOO
 and budget-matched GRPO need none. VICT registers its own from `vict_jax`. Their modules are
@@ -110,7 +111,7 @@ def prover_host(options: HostOptions, config: Any) -> HostSide:
 
     def host(ctx: HostContext) -> HostOutput:
         result = prover_step(ctx.pool, ctx.policy, judge, ctx.groups, ctx.rng, verify,
-                             ctx.num_rows)
+                             ctx.num_rows, ctx.env)
         return HostOutput({"seg_start": result.seg_start, "seg_end": result.seg_end,
                            "delta": result.delta},
                           {f"prover/{k}": float(v) for k, v in result.diagnostics.items()},
@@ -139,6 +140,26 @@ def proposal_records(ctx: HostContext, result: Any) -> list[dict]:
                           actions=[a.text for a in episode.actions[m.start_turn:m.end_turn + 1]])
         records.append(record)
     return records
+
+
+def oracle_progress_host(options: HostOptions, config: Any) -> HostSide:
+    """The dense oracle: each turn's change in the environment's true progress
+    (`envs.Env.oracle_progress`, read from the snapshots before and after the action)."""
+    del options, config
+
+    def host(ctx: HostContext) -> HostOutput:
+        if "progress" not in ctx.env.oracles:
+            raise ValueError(f"oracle-progress needs an environment with a progress oracle "
+                             f"(household-pivot); {ctx.env.name} has none")
+        gain = np.zeros((ctx.num_rows, ctx.num_turns), np.float32)
+        for row, _, _, episode in ctx.rows():
+            progress = [ctx.env.oracle_progress(s) for s in episode.states]
+            gain[row, :episode.num_turns] = np.diff(progress)
+        turns = sum(episode.num_turns for _, _, _, episode in ctx.rows())
+        return HostOutput({"progress_gain": gain}, {
+            "oracle_progress/mean_abs_gain": float(np.abs(gain).sum() / max(turns, 1))}, {})
+
+    return host
 
 
 def gigpo_host(options: HostOptions, config: Any) -> HostSide:
@@ -221,6 +242,7 @@ def criticsearch_host(options: HostOptions, config: Any) -> HostSide:
     return host
 
 
-BUILT_IN: dict[str, HostFactory] = {"prover": prover_host, "gigpo": gigpo_host,
+BUILT_IN: dict[str, HostFactory] = {"prover": prover_host, "oracle-progress": oracle_progress_host,
+                                    "gigpo": gigpo_host,
                                     "spo-chain": spo_chain_host, "spo-tree": spo_tree_host,
                                     "criticsearch": criticsearch_host}

@@ -18,6 +18,7 @@ from prover_jax.batch import Batch
 from prover_jax.checks import check_arrays, check_int32_range
 from prover_jax.credit.critic_labels import criticsearch
 from prover_jax.credit.outcome import grpo, rloo
+from prover_jax.credit.progress import progress_credit
 from prover_jax.credit.registry import (
     Credit,
     CreditMethod,
@@ -157,6 +158,12 @@ def check_prover(batch: Batch, inputs, config: ProverConfig) -> None:
         if bad.any():
             raise ValueError(f"seg_start/seg_end: segment {problem} where delta != 0 at rows "
                              f"{np.flatnonzero(bad)[:8].tolist()}")
+
+
+def oracle_progress_turns(batch, inputs, config):
+    outcome = outcome_of(batch, config)
+    turns = progress_credit(outcome, batch.turn_valid, inputs["progress_gain"], config.weight)
+    return turns, outcome
 
 
 def gigpo_turns(batch, inputs, config):

@@ -160,6 +160,11 @@ class ProverConfig(GrpoConfig):
 
 
 @dataclasses.dataclass(frozen=True)
+class OracleProgressConfig(GrpoConfig):
+    weight: float = 1.0  # of the oracle's progress gain, added to the outcome advantage
+
+
+@dataclasses.dataclass(frozen=True)
 class GigpoConfig:
     gamma: float = 0.95
     omega: float = 1.0
@@ -215,6 +220,9 @@ for _method in (
                  {"seg_start": ("b", "i"), "seg_end": ("b", "i"), "delta": ("b", "f")},
                  ProverConfig, "GRPO + verified positive segment advantage (ProVer eq. 4)",
                  _of_methods("check_prover")),
+    CreditMethod("oracle-progress", _of_methods("oracle_progress_turns"),
+                 {"progress_gain": ("b t", "f")}, OracleProgressConfig,
+                 "GRPO + the environment's true progress per turn (a positive control)"),
     CreditMethod("gigpo", _of_methods("gigpo_turns"), {"anchor_ids": ("b t", "i")},
                  GigpoConfig, "episode + anchor-state step advantage (GiGPO)",
                  _of_methods("check_gigpo")),

@@ -2,7 +2,10 @@
 
 A judge sees trajectories only as policy-visible text (:class:`TrajectoryView`): the task, and
 per agent turn the observation the policy saw, the action it wrote and whether the environment
-accepted it. Hidden environment state never reaches a judge because it is not in these values.
+accepted it. Hidden environment state never reaches a judge because it is not in these values,
+with one declared exception: a judge with ``reads_states`` (the oracle of a positive control,
+and the verifier's judge, which reads what the terminal verifier reads) also gets the
+environment and the snapshots (:class:`Hidden`).
 
 A judge returns a :class:`Proposal`: inclusive turn bounds of a segment of the successful
 trajectory, or no bounds and an ``error`` saying why there is no credit. Judges never raise for
@@ -15,7 +18,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
 
 MAX_SEGMENT_TURNS = 4
 
@@ -30,14 +34,25 @@ class Turn:
     valid: bool  # the environment accepted the action (info["valid"])
 
 
+class Hidden(NamedTuple):
+    """What only a judge that ``reads_states`` is given: the environment (its verifier and
+    oracles), the task and the trajectory's snapshots ``s_0 .. s_T``."""
+
+    env: Any  # envs.Env of the trajectory's kind
+    task: Any  # envs.Task
+    states: tuple[Hashable, ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class TrajectoryView:
-    """A trajectory's policy-visible text; never hidden environment state."""
+    """A trajectory's policy-visible text; hidden state only in ``hidden``, which is None
+    unless the judge declares ``reads_states``."""
 
     id: int  # row within the group
     task: str  # the task text shown to the policy
     turns: tuple[Turn, ...]
     reward: float
+    hidden: Hidden | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +114,16 @@ class Judge(abc.ABC):
     """Proposes one segment of a successful trajectory for boundary verification.
 
     ``concurrent``: its proposals wait on a model, so a step asks for all its groups' at once.
+    ``reads_states``: its views carry the environment and the snapshots (:class:`Hidden`).
     """
 
     concurrent = False
+    reads_states = False
+
+    def check_env(self, env) -> None:
+        """Raises ValueError if this judge cannot judge trajectories of ``env`` (an
+        `envs.Env`). Default: it can judge any."""
+        del env
 
     @abc.abstractmethod
     def propose(self, success: TrajectoryView, failures: Sequence[TrajectoryView],

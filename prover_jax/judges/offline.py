@@ -1,4 +1,5 @@
-"""Judges without an LLM: the paper's Random baseline and the offline contrastive judge.
+"""Judges without an LLM: the paper's Random baseline, the offline contrastive judge, and the
+oracle of a positive control.
 
 ``random`` (ProVer paper §5.3, A.3): start turn uniform over ``0..T-1``, length uniform over
 ``1..max_segment_turns``; an interval that breaks a validity rule is discarded (no credit), so
@@ -114,3 +115,35 @@ class ContrastiveJudge(Judge):
         rationale = (f"{novel} of the segment's {r - l + 1} actions occur in no failed "
                      f"trajectory; mean rarity {float(rarity):.3f}")
         return Proposal(l, r, rationale, None, wall_s=time.perf_counter() - started)
+
+
+class OracleJudge(Judge):
+    """A positive control: the environment's own pivotal segment (`Env.oracle_pivot`), read
+    from the hidden state, so that ProVer's verification and bonus are tested apart from any
+    judge's skill. Needs an environment with a pivot oracle (household-pivot)."""
+
+    reads_states = True
+
+    def __init__(self, config: OfflineConfig = OfflineConfig()):
+        self.config = config
+
+    def check_env(self, env) -> None:
+        """Raises ValueError unless ``env`` has a pivot oracle."""
+        if "pivot" not in env.oracles:
+            raise ValueError(f"the oracle judge needs an environment with a pivot oracle "
+                             f"(household-pivot); {env.name} has none")
+
+    def propose(self, success: TrajectoryView, failures: Sequence[TrajectoryView],
+                rng: random.Random) -> Proposal:
+        """See :meth:`Judge.propose`; deterministic, ``failures`` and ``rng`` are unused."""
+        del failures, rng
+        started = time.perf_counter()
+        segment = success.hidden.env.oracle_pivot(success.hidden.states)
+        wall_s = time.perf_counter() - started
+        if segment is None:
+            return no_credit("the environment's oracle found no pivot", wall_s=wall_s)
+        error = segment_error(success, *segment, self.config.max_segment_turns)
+        rationale = f"the environment's pivot: turns {segment[0]}..{segment[1]}"
+        if error is not None:
+            return no_credit(error, rationale, wall_s=wall_s)
+        return Proposal(*segment, rationale, None, wall_s=wall_s)

@@ -1,21 +1,26 @@
-"""The judge registry: ``make("agentic" | "random" | "contrastive", **config)``.
+"""The judge registry: ``make("agentic" | "random" | "contrastive" | "oracle", **config)``.
 
 A factory takes the judge's config fields as keyword arguments and returns a :class:`Judge`;
-built-ins register below. Other packages add judges with :func:`register`.
+built-ins register below. Other packages add judges with :func:`register`, or through the
+``prover_jax.judges`` entry-point group (VICT's verifier judge does), loaded at the first
+``names`` or ``make``.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
 from prover_jax.judges.agentic import AgenticConfig, AgenticJudge
 from prover_jax.judges.base import Judge
-from prover_jax.judges.offline import ContrastiveJudge, OfflineConfig, RandomJudge
+from prover_jax.judges.offline import ContrastiveJudge, OfflineConfig, OracleJudge, RandomJudge
 
 Factory = Callable[..., Judge]
 
 _REGISTRY: dict[str, Factory] = {}
+ENTRY_POINT_GROUP = "prover_jax.judges"
+_plugins_loaded = False
 
 
 def register(name: str, factory: Factory) -> None:
@@ -25,8 +30,18 @@ def register(name: str, factory: Factory) -> None:
     _REGISTRY[name] = factory
 
 
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        entry.load()()
+
+
 def names() -> list[str]:
-    """The registered judge names, sorted."""
+    """The registered judge names, plug-ins included, sorted."""
+    _load_plugins()
     return sorted(_REGISTRY)
 
 
@@ -36,6 +51,7 @@ def make(name: str, **config: Any) -> Judge:
     Raises:
       ValueError: for an unknown name (listing the known ones) or a bad configuration.
     """
+    _load_plugins()
     if name not in _REGISTRY:
         raise ValueError(f"unknown judge {name!r}; known: {', '.join(names())}")
     return _REGISTRY[name](**config)
@@ -44,3 +60,4 @@ def make(name: str, **config: Any) -> Judge:
 register("agentic", lambda **config: AgenticJudge(AgenticConfig(**config)))
 register("random", lambda **config: RandomJudge(OfflineConfig(**config)))
 register("contrastive", lambda **config: ContrastiveJudge(OfflineConfig(**config)))
+register("oracle", lambda **config: OracleJudge(OfflineConfig(**config)))

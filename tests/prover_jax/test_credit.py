@@ -185,6 +185,7 @@ def extras(batch, seed):
         "boundary_values": rng.random((b, 2)).astype(np.float32),
         "applies": rng.random(b) < 0.5,
         "labels": rng.integers(-1, 2, (b, t)).astype(np.int32),
+        "progress_gain": rng.uniform(-1, 1, (b, t)).astype(np.float32),
         "labelled": rng.random(b) < 0.8,
     }
 
@@ -220,6 +221,14 @@ def test_prover_matches_reference(batch, seed):
     out = credit.prover(base, batch.turn_valid, x["seg_start"], x["seg_end"], x["delta"], 0.7)
     close(out, ref.prover(np.asarray(base), batch.turn_valid, x["seg_start"], x["seg_end"],
                           x["delta"], 0.7))
+
+
+@given(batches(), st.integers(0, 2**31))
+def test_progress_credit_matches_reference(batch, seed):
+    x = extras(batch, seed)
+    base = credit.grpo(batch.rewards, batch.group_ids)
+    out = credit.progress_credit(base, batch.turn_valid, x["progress_gain"], 0.5)
+    close(out, ref.progress_credit(np.asarray(base), batch.turn_valid, x["progress_gain"], 0.5))
 
 
 @given(batches(), st.integers(0, 2**31), st.sampled_from(["mean_norm", "mean_std_norm"]),
@@ -344,13 +353,14 @@ def all_methods(batch, seed):
                                           ).astype(np.int32),
                      "turn_nodes": rng.integers(-1, 7, (b, t)).astype(np.int32)},
         "criticsearch": {"critic_labels": x["labels"], "critic_labelled": x["labelled"]},
+        "oracle-progress": {"progress_gain": x["progress_gain"]},
     }
     return {name: credit.compute(name, batch, inputs.get(name, {})).tokens
             for name in ("grpo", "rloo", "prover", "gigpo", "spo-chain", "spo-tree",
-                         "criticsearch")}, inputs
+                         "criticsearch", "oracle-progress")}, inputs
 
 
-PER_TURN_INPUTS = ("anchor_ids", "critic_labels", "turn_nodes")
+PER_TURN_INPUTS = ("anchor_ids", "critic_labels", "turn_nodes", "progress_gain")
 TREE_INPUTS = ("tree_parents", "tree_leaf_rewards")
 
 

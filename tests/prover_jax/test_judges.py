@@ -527,11 +527,12 @@ def test_contrastive_without_a_valid_segment_is_no_credit():
 
 
 def test_registry():
-    assert {"agentic", "random", "contrastive"} <= set(judges.names())
+    assert {"agentic", "random", "contrastive", "oracle", "verifier"} <= set(judges.names())
     assert isinstance(judges.make("random", max_segment_turns=2), RandomJudge)
     assert isinstance(judges.make("contrastive"), ContrastiveJudge)
-    with pytest.raises(ValueError, match=r"unknown judge 'oracle'; known: .*contrastive"):
-        judges.make("oracle")
+    assert judges.make("verifier").reads_states  # VICT's plug-in, by its entry point
+    with pytest.raises(ValueError, match=r"unknown judge 'orakel'; known: .*contrastive"):
+        judges.make("orakel")
     with pytest.raises(ValueError, match="already registered"):
         judges.register("random", RandomJudge)
     with pytest.raises(ValueError, match="max_segment_turns must be >= 1"):

@@ -52,6 +52,7 @@ def _batch_and_inputs(rng: np.random.Generator, sizes: list[int]):
         "turn_nodes": rng.integers(-1, N, (B, T)).astype(np.int32),
         "critic_labels": rng.integers(-1, 2, (B, T)).astype(np.int32),
         "critic_labelled": rng.random(B) < 0.7,
+        "progress_gain": rng.uniform(-1, 1, (B, T)).astype(np.float32),
         "marginals": (rng.normal(size=(B, M)) * (rng.random((B, M)) < 0.7)).astype(np.float32),
         "eligible": rng.random((B, M)) < 0.8,
         "omega": rng.choice([0.0, 0.5, 1.0], (B, T, M)).astype(np.float32),

@@ -11,7 +11,7 @@ from prover_jax.credit import registry
 from tests.prover_jax.test_batch import conversation
 
 BUILT_IN = {"grpo", "budget-matched-grpo", "rloo", "prover", "gigpo", "spo-chain", "spo-tree",
-            "criticsearch"}
+            "criticsearch", "oracle-progress"}
 
 
 @pytest.fixture(scope="module")
