@@ -57,7 +57,7 @@ class Env(abc.ABC):
     has_expert: ClassVar[bool] = True  # False: `expert_action` raises NotImplementedError
     splits: ClassVar[tuple[str, ...]] = SPLITS
     task_origin: ClassVar[str] = "generated"  # where the tasks come from (`task_source`)
-    oracles: ClassVar[frozenset[str]] = frozenset()  # "pivot", "progress": hidden-state oracles
+    oracles: ClassVar[frozenset[str]] = frozenset()  # hidden-state oracles: "pivot", ...
 
     @abc.abstractmethod
     def split_size(self, split: str) -> int:
@@ -122,6 +122,13 @@ class Env(abc.ABC):
         ``oracles``."""
         raise NotImplementedError(
             f"{self.name} has no progress oracle (household-pivot has one)")
+
+    def oracle_choice(self, state: Hashable) -> tuple[str, bool] | None:
+        """Whether ``state`` is a pivotal choice, read from hidden state (a learning metric's
+        probe, `prover_jax.choice_probe`): the action that makes it and whether that is the
+        right choice, or None. Raises NotImplementedError unless ``"choice"`` is in
+        ``oracles``."""
+        raise NotImplementedError(f"{self.name} has no choice oracle (household-pivot has one)")
 
     def random_action(self, rng: random.Random) -> str:
         """A random plausible action now, for exploration, tests and benchmarks."""

@@ -64,13 +64,16 @@ class DemonstrationPolicy(Policy):
         self.tokenizer = tokenizer
         self.scripted = ScriptedPolicy(noise, repeats)
 
+    def reply_ids(self, text: str) -> tuple[int, ...]:
+        """The action ``text`` as the model writes it, tokenized, then the end-of-turn token."""
+        return (*self.tokenizer.encode(self.format.reply_text(text), add_special_tokens=False),
+                self.format.end_of_turn)
+
     def act(self, episodes, slots, pool, rngs):
         actions = []
         chosen = self.scripted.choose(episodes, slots, pool, rngs)
         for episode, (text, noisy) in zip(episodes, chosen):
-            reply = (*self.tokenizer.encode(self.format.reply_text(text),
-                                            add_special_tokens=False),
-                     self.format.end_of_turn)
+            reply = self.reply_ids(text)
             context = tuple(int(i) for i in next_context(self.format, episode))
             actions.append(Demonstration(text, reply, (0.0,) * len(reply), context, not noisy))
         return actions

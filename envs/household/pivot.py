@@ -14,9 +14,10 @@ The pivotal decision is which look-alike to take. Its demonstrator (`sampled_exp
 is the searching expert blind to the clue: it takes each look-alike with probability 1/3, so a
 model trained on its demonstrations succeeds about a third of the time, and a group of 8
 usually holds 1-3 successes, the groups a credit method can learn from. Its
-``expert_action`` follows the clue (the ceiling). Two oracles read the hidden state, for
-positive controls only: `oracle_pivot`, the turn that took the goal object, and
-`oracle_progress`, how far the state is along the shortest way to the goal.
+``expert_action`` follows the clue (the ceiling). Three oracles read the hidden state, for
+positive controls and a learning metric only: `oracle_pivot`, the turn that took the goal
+object; `oracle_progress`, how far the state is along the shortest way to the goal; and
+`oracle_choice`, whether a state is a choice among look-alikes and which choice is right.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ from collections.abc import Hashable, Sequence
 
 from envs.base import Task, register
 from envs.household.env import (
+    MIDDLE,
+    NOBODY,
     PIVOT,
     HouseholdSmall,
     State,
     goal_reached,
     handled_decoys,
     initial_state,
+    is_open,
     transition,
     world_of,
 )
@@ -47,7 +51,7 @@ class HouseholdPivot(HouseholdSmall):
     name = PIVOT
     max_turns = 24
     list_actions = True
-    oracles = frozenset({"pivot", "progress"})
+    oracles = frozenset({"pivot", "progress", "choice"})
 
     def __init__(self, train_tasks: int = 3553, eval_tasks: int = 400):
         super().__init__(train_tasks, eval_tasks)
@@ -69,6 +73,23 @@ class HouseholdPivot(HouseholdSmall):
         taken = [t for t in range(len(states) - 1)
                  if states[t + 1].takes[world.goal_object] > states[t].takes[world.goal_object]]
         return (taken[-1], taken[-1]) if taken else None
+
+    def oracle_choice(self, state: Hashable) -> tuple[str, bool] | None:
+        """At a first choice among look-alikes (the agent at a receptacle that shows one, its
+        hands empty, none taken yet): taking the first one shown, and whether it is the goal
+        object; else None."""
+        world = world_of(state.task)
+        lookalikes = world.mask(world.goal_type)
+        here = state.location
+        if (state.held != NOBODY or here == MIDDLE or not is_open(world, state, here)
+                or any(state.takes[o] for o in range(len(world.objects)) if lookalikes >> o & 1)):
+            return None
+        shown = [o for o in range(len(world.objects))
+                 if lookalikes >> o & 1 and state.object_location[o] == here]
+        if not shown:
+            return None
+        return (f"take {world.objects[shown[0]]} from {world.receptacles[here]}",
+                shown[0] == world.goal_object)
 
     def oracle_progress(self, state: Hashable) -> float:
         """1 - (actions the clue-following expert needs from ``state``) / (those it needs from

@@ -130,3 +130,25 @@ def test_docs_say_where_credit_landed_in_the_recorded_run():
                           .read_text())["results"]
     assert credit_placement.summary(recorded) in (ROOT / "docs" / "results.md").read_text()
     assert recorded["vict"]["negative_mass_on_rejected"] == 0.0
+
+
+def test_the_pivot_start_experiment_runs_and_the_oracle_judge_always_holds_the_pivot(capsys):
+    from experiments import pivot_start
+
+    pivot_start.main(["--demonstrator", "--smoke"])
+    out = capsys.readouterr().out
+    assert "| sampled success |" in out and "| verifier |" in out
+    oracle = next(line for line in out.splitlines() if line.startswith("| oracle |"))
+    judged, valid, precision = oracle.split("|")[2:5]
+    assert int(judged) > 0 and int(valid) == int(judged) and float(precision) == 1.0
+
+
+def test_docs_give_the_recorded_pivot_start():
+    from experiments import pivot_start
+
+    recorded = json.loads((ROOT / "experiments" / "results" / "pivot_start.json")
+                          .read_text())["results"]
+    docs = (ROOT / "docs" / "results.md").read_text()
+    assert pivot_start.gate_table(recorded["gate"]) in docs
+    assert pivot_start.judges_table(recorded) in docs
+    assert pivot_start.probe_line(recorded["probe"]) in docs
