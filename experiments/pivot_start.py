@@ -115,21 +115,14 @@ def probe(model, env: envs.Env, pool: EnvPool, chat, tasks: int = PROBE_TASKS
           ) -> dict[str, float]:
     """The choice probe of `model` ((cfg, params, tokenizer)) on the fixed held-out states of
     the first `tasks` held-out tasks."""
-    from prover_jax.choice_probe import choice_probabilities, choice_probes, probe_score
+    from prover_jax.choice_probe import held_out_probes, probe_metrics
     from prover_jax.learner import Learner
-    from prover_jax.sft_trainer import DemonstrationPolicy
 
     cfg, params, tokenizer = model
-    demonstrator = DemonstrationPolicy(tokenizer, env.instruction(), chat)
-    probes = choice_probes(pool, demonstrator, env, env.tasks("eval")[:tasks],
-                           random.Random(0), demonstrator.reply_ids)
+    probes, pad = held_out_probes(pool, env, tokenizer, chat, env.tasks("eval")[:tasks])
     learner = Learner(cfg)
-    p = choice_probabilities(lambda tokens: learner.logprobs(params, tokens), probes,
-                             demonstrator.format.end_of_turn, cfg.max_position_embeddings)
-    right = np.array([q.right for q in probes])
-    return {"states": float(len(probes)), "score": probe_score(p, probes),
-            "p_take_goal_object": float(p[right].mean()),
-            "p_take_lookalike": float(p[~right].mean())}
+    return probe_metrics(lambda tokens: learner.logprobs(params, tokens), probes, pad,
+                         cfg.max_position_embeddings)
 
 
 def model_policy(model, env: envs.Env, max_new_tokens: int, chat):
@@ -181,8 +174,8 @@ def gate_table(gate_numbers: dict[str, float]) -> str:
 def probe_line(numbers: dict[str, float]) -> str:
     """The probe's sentence (docs/results.md)."""
     return (f"choice probe on {numbers['states']:.0f} held-out states: {numbers['score']:.3f} "
-            f"(p(take) of the goal object {numbers['p_take_goal_object']:.3f}, of a look-alike "
-            f"{numbers['p_take_lookalike']:.3f})")
+            f"(p(take) of the goal object {numbers['p_right_action']:.3f}, of a look-alike "
+            f"{numbers['p_wrong_action']:.3f})")
 
 
 def judges_table(results: dict[str, dict[str, float]]) -> str:

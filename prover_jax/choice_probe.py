@@ -30,6 +30,8 @@ from envs.pool import EnvPool
 from prover_jax.batch import TokenStream, pack_streams
 from prover_jax.rollout import Action, Episode, Policy, run, start
 
+PROBE_SEED = 0
+
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
@@ -108,3 +110,28 @@ def probe_score(probabilities: np.ndarray, probes: Sequence[Probe]) -> float:
     """The mean probability of the right choice over `probes` (`probabilities` [N])."""
     right = np.array([p.right for p in probes])
     return float(np.mean(np.where(right, probabilities, 1.0 - probabilities)))
+
+
+def held_out_probes(pool: EnvPool, env: envs.Env, tokenizer, chat,
+                    tasks: Sequence[envs.Task]) -> tuple[list[Probe], int]:
+    """The probes of the demonstrator's episodes of `tasks` (its randomness seeded with
+    `PROBE_SEED`, so every run of a study reads the same states), and the end-of-turn token
+    id (which pads them)."""
+    from prover_jax.sft_trainer import DemonstrationPolicy
+
+    demonstrator = DemonstrationPolicy(tokenizer, env.instruction(), chat)
+    probes = choice_probes(pool, demonstrator, env, tasks, random.Random(PROBE_SEED),
+                           demonstrator.reply_ids)
+    return probes, demonstrator.format.end_of_turn
+
+
+def probe_metrics(logprobs: Callable[[np.ndarray], np.ndarray], probes: Sequence[Probe],
+                  pad_token_id: int, max_len: int) -> dict[str, float]:
+    """``score`` (`probe_score`), the number of ``states``, and the mean probability of the
+    probes' action where it is right (``p_right_action``) and where it is wrong
+    (``p_wrong_action``)."""
+    p = choice_probabilities(logprobs, probes, pad_token_id, max_len)
+    right = np.array([q.right for q in probes])
+    return {"states": float(len(probes)), "score": probe_score(p, probes),
+            "p_right_action": float(p[right].mean()) if right.any() else 0.0,
+            "p_wrong_action": float(p[~right].mean()) if (~right).any() else 0.0}

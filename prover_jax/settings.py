@@ -102,6 +102,10 @@ class EvalConfig:
       max_actions: cap per episode (None: the environment's turn limit).
       max_new_tokens: per reply (None: 32, or the training run's).
       seed: the sampled episodes' randomness.
+      probe_tasks: held-out tasks whose demonstrated episodes give the choice probe's states
+        (`prover_jax.choice_probe`, the teacher-forced probability of the right choice there;
+        an environment with a choice oracle, household-pivot); 0: no probe. A training run
+        logs it as ``eval/probe/...``.
     """
 
     split: str | None = None
@@ -111,10 +115,12 @@ class EvalConfig:
     max_actions: int | None = None
     max_new_tokens: int | None = None
     seed: int = 0
+    probe_tasks: int = 0
 
     def __post_init__(self):
-        if self.samples < 0 or (self.tasks is not None and self.tasks < 1):
-            raise ValueError(f"need samples >= 0 and tasks >= 1, got {self.samples}, "
-                             f"{self.tasks}")
-        if not self.greedy and not self.samples:
-            raise ValueError("nothing to run: greedy is off and samples is 0")
+        if self.samples < 0 or self.probe_tasks < 0 or (self.tasks is not None
+                                                        and self.tasks < 1):
+            raise ValueError(f"need samples >= 0, probe_tasks >= 0 and tasks >= 1, got "
+                             f"{self.samples}, {self.probe_tasks}, {self.tasks}")
+        if not self.greedy and not self.samples and not self.probe_tasks:
+            raise ValueError("nothing to run: greedy is off, samples and probe_tasks are 0")

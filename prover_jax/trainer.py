@@ -234,9 +234,9 @@ def train(config: TrainConfig, cfg, params, tokenizer, log=tqdm.tqdm.write) -> l
 
     Raises:
       ValueError: an unknown environment or split; VICT credit on an environment without a
-        verifier; a run directory holding another config
-        (anything but ``steps`` differs) or another model's checkpoints (nothing in it is
-        changed).
+        verifier; a positive control on one without its oracle; a run directory holding
+        another config (anything but ``steps`` differs) or another model's checkpoints
+        (nothing in it is changed).
     """
     env = run_env(config)
     tasks = env.tasks(task_split(env, config.split))
@@ -283,6 +283,24 @@ def check_verifier(env: envs.Env, task: envs.Task, credit_name: str) -> None:
     except NotImplementedError as e:
         raise ValueError(f"credit {credit_name!r} needs the environment's VICT verifier: {e}"
                          ) from None
+
+
+def check_oracles(env: envs.Env, credit_name: str, options: HostOptions,
+                  probe: bool = False) -> None:
+    """Raises ValueError when ``credit_name`` (or ProVer's judge in ``options``, or the choice
+    probe when ``probe``) reads an oracle that ``env`` lacks: the dense oracle credit, the
+    oracle judge, the probe's states."""
+    if probe and "choice" not in env.oracles:
+        raise ValueError(f"evaluation.probe_tasks needs an environment with a choice oracle "
+                         f"(household-pivot); {env.name} has none")
+    parts = credit_name.split("+")
+    if "oracle-progress" in parts and "progress" not in env.oracles:
+        raise ValueError(f"credit {credit_name!r} needs an environment with a progress oracle "
+                         f"(household-pivot); {env.name} has none")
+    if "prover" in parts:
+        from prover_jax import judges
+
+        judges.make(options.judge, **options.judge_config).check_env(env)
 
 
 @contextlib.contextmanager
@@ -393,6 +411,7 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
            tokenizer, directory: Path, log) -> list[dict]:
     system = env.instruction()
     method, settings = credit.get(config.credit), config.credit_settings()
+    check_oracles(env, config.credit, host_options, config.evaluation.probe_tasks > 0)
     host = None if method.host is None else method.host(host_options, settings)
     learner = Learner(cfg, config.learner, build_mesh(config.mesh))
     mine, row_multiple = process_groups(config), process_row_multiple(config, learner.mesh)
@@ -572,10 +591,25 @@ class RunDirectory:
 
 def evaluated(config: TrainConfig, pool: EnvPool, params, learner: Learner, cfg, tokenizer,
               env: envs.Env) -> dict[str, float]:
-    """`held_out` of the learner's `params`, on process 0 with its own sampling copy of them;
-    nothing on the other processes."""
+    """`held_out` of the learner's `params`, on process 0 with its own sampling copy of them,
+    and the choice probe (``eval/probe/...``) where `config.evaluation` asks for it; nothing on
+    the other processes."""
+    settings = config.evaluation
+    probe = {}
+    if settings.probe_tasks:  # on every process: the learner's log-probs span its mesh
+        from prover_jax.choice_probe import held_out_probes, probe_metrics
+
+        tasks = env.tasks(eval_split(env, settings.split))[: settings.probe_tasks]
+        probes, pad = held_out_probes(pool, env, tokenizer, config.chat, tasks)
+        probe = {f"eval/probe/{k}": v for k, v in probe_metrics(
+            lambda tokens: learner.logprobs(params, tokens), probes, pad,
+            cfg.max_position_embeddings).items()}
+    if not distributed.is_main():
+        return {}
+    if not (settings.greedy or settings.samples):
+        return probe
     sampler = to_sampler(params, cfg, learner.mesh, config.sampling.dtype)
-    return held_out(config, pool, sampler, cfg, tokenizer, env) if distributed.is_main() else {}
+    return {**probe, **held_out(config, pool, sampler, cfg, tokenizer, env)}
 
 
 def held_out(config: TrainConfig, pool: EnvPool, params, cfg, tokenizer, env: envs.Env

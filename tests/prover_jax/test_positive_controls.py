@@ -142,3 +142,22 @@ def test_the_dense_oracle_credit_adds_the_true_progress_to_each_turn(rollouts):
                             random.Random(0), rows, turns)
         with pytest.raises(ValueError, match="oracle-progress needs an environment"):
             method.host(HostOptions(), method.config_type())(small)
+
+
+def test_a_run_refuses_a_positive_control_its_environment_has_no_oracle_for():
+    from prover_jax.trainer import check_oracles
+
+    small, pivot = envs.make("household-small"), envs.make(NAME)
+    for credit_name in ("oracle-progress", "oracle-progress+vict"):
+        with pytest.raises(ValueError, match="needs an environment with a progress oracle"):
+            check_oracles(small, credit_name, HostOptions())
+        check_oracles(pivot, credit_name, HostOptions())
+    with pytest.raises(ValueError, match="oracle judge needs an environment with a pivot"):
+        check_oracles(small, "prover+vict", HostOptions(judge="oracle"))
+    for judge in ("oracle", "verifier", "contrastive"):
+        check_oracles(pivot, "prover", HostOptions(judge=judge))
+    check_oracles(small, "prover", HostOptions(judge="verifier"))
+    check_oracles(small, "grpo", HostOptions(judge="oracle"))  # no judge in the run
+    check_oracles(pivot, "grpo", HostOptions(), probe=True)
+    with pytest.raises(ValueError, match="probe_tasks needs an environment with a choice"):
+        check_oracles(small, "grpo", HostOptions(), probe=True)
