@@ -17,9 +17,9 @@ directory, sampled at temperature 1) and reports:
   object, `Env.oracle_pivot`), its acceptance (Δ > 0), the precision of its accepted segments,
   and its median and mean Δ. The oracle judge's Δ is the Δ at the pivot.
 
-Writes ``experiments/results/pivot_start.json`` and prints the tables (``--demonstrator``: the
-clue-blind demonstrator instead of a model; ``--smoke``: 3 groups, K = 2, 8 probe states,
-nothing written).
+Writes ``experiments/results/pivot_start-<the model's folder name>.json`` and prints the
+tables (``--demonstrator``: the clue-blind demonstrator instead of a model; ``--smoke``: 3
+groups, K = 2, 8 probe states, nothing written).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from prover_jax.rollout import Episode, ScriptedPolicy, rng_streams, run, start
 from prover_jax.verify import VerifyConfig, prover_step, select
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
 ENV = "household-pivot"
 JUDGES = ("oracle", "verifier", "contrastive", "random")
 GROUP_SIZE = 8
@@ -136,9 +137,10 @@ def model_policy(model, env: envs.Env, max_new_tokens: int, chat):
 
 
 def measure(policy, tasks: int, continuations: int, seed: int, slots: int, model=None,
-            chat=None, probe_tasks: int = PROBE_TASKS) -> dict[str, dict[str, float]]:
-    """The gate, the probe (with a `model`, on `probe_tasks`) and every judge's row on `tasks`
-    held-out tasks × 8 episodes."""
+            chat=None, probe_tasks: int = PROBE_TASKS, judge_names: Sequence[str] = JUDGES
+            ) -> dict[str, dict[str, float]]:
+    """The gate, the probe (with a `model`, on `probe_tasks`) and the rows of `judge_names` on
+    `tasks` held-out tasks × 8 episodes."""
     env = envs.make(ENV)
     chosen = env.tasks("eval")[:tasks]
     with EnvPool(ENV, slots, num_workers=2) as pool:
@@ -149,7 +151,7 @@ def measure(policy, tasks: int, continuations: int, seed: int, slots: int, model
         out = {"gate": gate(groups)}
         if model is not None:
             out["probe"] = probe(model, env, pool, chat, probe_tasks)
-        for name in JUDGES:
+        for name in judge_names:
             out[name] = judge_row(env, pool, policy, groups, name, continuations, seed + 1)
     return out
 
@@ -183,7 +185,7 @@ def judges_table(results: dict[str, dict[str, float]]) -> str:
     lines = [("| judge | groups judged | valid proposals | pivot precision | accepted (Δ > 0) "
               "| accepted holding the pivot | median Δ | mean Δ |"),
              "|---|---|---|---|---|---|---|---|"]
-    for name in JUDGES:
+    for name in (name for name in JUDGES if name in results):
         r = results[name]
         lines.append(f"| {name} | {r['judged']:.0f} | {r['valid']:.0f} | "
                      f"{r['pivot_precision']:.3f} | {r['accepted']:.0f} "
@@ -202,9 +204,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slots", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--judges", default=",".join(JUDGES),
+                        help="the judges to measure, comma-separated (empty: the gate alone)")
     parser.add_argument("--smoke", action="store_true", help="3 groups, K = 2, nothing written")
-    parser.add_argument("--out", default=str(ROOT / "experiments" / "results"
-                                             / "pivot_start.json"))
+    parser.add_argument("--out", help="the JSON file (default: experiments/results/"
+                        "pivot_start-<the model's folder name>.json)")
     args = parser.parse_args(argv)
     if (args.model is None) != args.demonstrator:
         parser.error("give a model (a run directory) or --demonstrator")
@@ -221,15 +225,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         policy = model_policy(model, env, args.max_new_tokens, chat)
     results = measure(policy, 3 if args.smoke else args.tasks,
                       2 if args.smoke else args.continuations, args.seed, args.slots, model,
-                      chat, 8 if args.smoke else PROBE_TASKS)
+                      chat, 8 if args.smoke else PROBE_TASKS,
+                      [name for name in args.judges.split(",") if name])
     print(gate_table(results["gate"]))
     if "probe" in results:
         print(probe_line(results["probe"]))
-    print(judges_table(results))
+    if any(name in results for name in JUDGES):
+        print(judges_table(results))
     if not args.smoke:
-        Path(args.out).write_text(json.dumps({"settings": vars(args), "results": results},
-                                             indent=2) + "\n")
-        print(f"wrote {args.out}", file=sys.stderr)
+        out = Path(args.out or RESULTS / f"pivot_start-{Path(args.model or 'demonstrator').name}"
+                                         ".json")
+        settings = {k: v for k, v in vars(args).items() if k != "out"}
+        out.write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

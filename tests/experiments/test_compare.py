@@ -146,9 +146,28 @@ def test_the_pivot_start_experiment_runs_and_the_oracle_judge_always_holds_the_p
 def test_docs_give_the_recorded_pivot_start():
     from experiments import pivot_start
 
-    recorded = json.loads((ROOT / "experiments" / "results" / "pivot_start.json")
+    recorded = json.loads((ROOT / "experiments" / "results" / "pivot_start-sft-pivot.json")
                           .read_text())["results"]
     docs = (ROOT / "docs" / "results.md").read_text()
     assert pivot_start.gate_table(recorded["gate"]) in docs
     assert pivot_start.judges_table(recorded) in docs
     assert pivot_start.probe_line(recorded["probe"]) in docs
+    demonstrator = json.loads((ROOT / "experiments" / "results"
+                               / "pivot_start-demonstrator.json").read_text())["results"]
+    assert pivot_start.judges_table(demonstrator) in docs
+
+
+def test_readme_quotes_the_recorded_pivot_start():
+    r = json.loads((ROOT / "experiments" / "results" / "pivot_start-sft-pivot.json")
+                   .read_text())["results"]
+    readme = (ROOT / "README.md").read_text()
+    gate = r["gate"]
+    for phrase in (f"(probe {r['probe']['score']:.3f})",
+                   f"sampled success {gate['success']:.3f} leaves {gate['groups_1_3']:.0%} of "
+                   "groups of 8 with 1-3 successes",
+                   f"the verifier's judge holds the pivot in {r['verifier']['pivot_precision']:.0%}"
+                   f" of its proposals, the contrastive judge in "
+                   f"{r['contrastive']['pivot_precision']:.0%}, a random segment in "
+                   f"{r['random']['pivot_precision']:.0%}",
+                   f"has median {r['oracle']['median_delta']:+.3f}"):
+        assert phrase in readme, phrase
