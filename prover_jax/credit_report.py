@@ -7,7 +7,8 @@ values, VICT's trace and cores) and prints every turn's advantage under every me
 
 Per-turn advantages depend on the batch's turn structure, rewards and groups only, so the batch
 here carries one stand-in token per message instead of a model's token streams. CriticSearch
-needs an LLM critic: it is included when ``PROVER_JUDGE_BASE_URL`` is set.
+needs an LLM critic: it is included when ``PROVER_JUDGE_BASE_URL`` is set; the dense oracle
+credit only on an environment with a progress oracle (household-pivot).
 """
 
 from __future__ import annotations
@@ -29,14 +30,18 @@ from prover_jax.train import trainable_methods
 from prover_jax.trainer import task_split
 
 NEEDS_AN_LLM = ("criticsearch",)
+NEEDS_AN_ORACLE = {"oracle-progress": "progress"}  # method -> the `Env.oracles` entry it reads
 
 
-def default_methods() -> list[str]:
-    """The trainer's methods on plain groups, those needing an LLM only when one is
-    configured (spo-tree grows its own trees; budget-matched GRPO is GRPO on its groups)."""
+def default_methods(env: envs.Env) -> list[str]:
+    """The trainer's methods on plain groups of `env`, those needing an LLM only when one is
+    configured and those reading an oracle only where `env` has it (spo-tree grows its own
+    trees; budget-matched GRPO is GRPO on its groups)."""
     have_llm = bool(os.environ.get("PROVER_JUDGE_BASE_URL"))
     names = [m for m in trainable_methods() if credit.get(m).rollouts == "groups"
-             and (have_llm or not any(m.startswith(n) for n in NEEDS_AN_LLM))]
+             and (have_llm or not any(m.startswith(n) for n in NEEDS_AN_LLM))
+             and all(NEEDS_AN_ORACLE.get(part, "") in {"", *env.oracles}
+                     for part in m.split("+"))]
     return sorted(names, key=lambda n: ("+" in n, n))  # the compositions last
 
 
@@ -92,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         env = envs.make(args.env)
-        methods = args.methods or default_methods()
+        methods = args.methods or default_methods(env)
         for name in methods:
             if credit.get(name).rollouts != "groups":
                 raise ValueError(f"{name} needs its own {credit.get(name).rollouts} rollouts; "

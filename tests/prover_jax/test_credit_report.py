@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+import envs
 from prover_jax import credit_report
 
 
 def test_the_report_shows_every_method_on_every_turn(capsys, monkeypatch):
     monkeypatch.delenv("PROVER_JUDGE_BASE_URL", raising=False)
-    methods = credit_report.default_methods()
+    methods = credit_report.default_methods(envs.make("household"))
     assert "criticsearch" not in methods and {"grpo", "prover", "vict", "prover+vict"} <= set(
         methods)
+    assert "oracle-progress" not in methods and "oracle-progress+vict" not in methods
+    assert "oracle-progress+vict" in credit_report.default_methods(envs.make("household-pivot"))
     seen = {}
 
     def keep(ctx, batch, names, options):
