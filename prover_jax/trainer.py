@@ -604,11 +604,12 @@ def evaluated(config: TrainConfig, pool: EnvPool, params, learner: Learner, cfg,
         probe = {f"eval/probe/{k}": v for k, v in probe_metrics(
             lambda tokens: learner.logprobs(params, tokens), probes, pad,
             cfg.max_position_embeddings).items()}
+    if not (settings.greedy or settings.samples):
+        return probe if distributed.is_main() else {}
+    # on every process: the sampling copy is gathered from the learner's mesh
+    sampler = to_sampler(params, cfg, learner.mesh, config.sampling.dtype)
     if not distributed.is_main():
         return {}
-    if not (settings.greedy or settings.samples):
-        return probe
-    sampler = to_sampler(params, cfg, learner.mesh, config.sampling.dtype)
     return {**probe, **held_out(config, pool, sampler, cfg, tokenizer, env)}
 
 
