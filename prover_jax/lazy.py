@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,3 +35,16 @@ class Deferred:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
+
+
+_LOADED_GROUPS: set[str] = set()
+
+
+def load_entry_points(group: str) -> None:
+    """Calls every entry point of `group` once per process (marked first, so an entry point
+    that asks its registry for names does not load the group again)."""
+    if group in _LOADED_GROUPS:
+        return
+    _LOADED_GROUPS.add(group)
+    for entry in importlib.metadata.entry_points(group=group):
+        entry.load()()

@@ -15,13 +15,12 @@ advantage): VICT takes the sign of its base from it (SPEC §4.5, eq. 10).
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from prover_jax.credit.hosts import BUILT_IN as BUILT_IN_HOSTS
 from prover_jax.credit.hosts import HostFactory
-from prover_jax.lazy import Deferred
+from prover_jax.lazy import Deferred, load_entry_points
 
 if TYPE_CHECKING:
     import jax
@@ -82,7 +81,6 @@ class CreditMethod:
 
 
 _REGISTRY: dict[str, CreditMethod] = {}
-_plugins_loaded = False
 
 
 def register(method: CreditMethod) -> CreditMethod:
@@ -93,14 +91,6 @@ def register(method: CreditMethod) -> CreditMethod:
     return method
 
 
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        entry.load()()
-
 
 def trainable(method: CreditMethod) -> bool:
     """Whether the trainer can run `method`: a host side for its inputs, if it has any."""
@@ -109,13 +99,13 @@ def trainable(method: CreditMethod) -> bool:
 
 def names() -> list[str]:
     """Every registered method name, plug-ins included, sorted."""
-    _load_plugins()
+    load_entry_points(ENTRY_POINT_GROUP)
     return sorted(_REGISTRY)
 
 
 def get(name: str) -> CreditMethod:
     """The method registered as `name`; a ValueError lists the known names otherwise."""
-    _load_plugins()
+    load_entry_points(ENTRY_POINT_GROUP)
     if name not in _REGISTRY:
         raise ValueError(f"unknown credit method {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]

@@ -8,19 +8,18 @@ built-ins register below. Other packages add judges with :func:`register`, or th
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
 from prover_jax.judges.agentic import AgenticConfig, AgenticJudge
 from prover_jax.judges.base import Judge
 from prover_jax.judges.offline import ContrastiveJudge, OfflineConfig, OracleJudge, RandomJudge
+from prover_jax.lazy import load_entry_points
 
 Factory = Callable[..., Judge]
 
 _REGISTRY: dict[str, Factory] = {}
 ENTRY_POINT_GROUP = "prover_jax.judges"
-_plugins_loaded = False
 
 
 def register(name: str, factory: Factory) -> None:
@@ -30,18 +29,10 @@ def register(name: str, factory: Factory) -> None:
     _REGISTRY[name] = factory
 
 
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        entry.load()()
-
 
 def names() -> list[str]:
     """The registered judge names, plug-ins included, sorted."""
-    _load_plugins()
+    load_entry_points(ENTRY_POINT_GROUP)
     return sorted(_REGISTRY)
 
 
@@ -51,7 +42,7 @@ def make(name: str, **config: Any) -> Judge:
     Raises:
       ValueError: for an unknown name (listing the known ones) or a bad configuration.
     """
-    _load_plugins()
+    load_entry_points(ENTRY_POINT_GROUP)
     if name not in _REGISTRY:
         raise ValueError(f"unknown judge {name!r}; known: {', '.join(names())}")
     return _REGISTRY[name](**config)
