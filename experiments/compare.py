@@ -81,10 +81,14 @@ ARMS: dict[str, list[str]] = {
     "gigpo": ["credit=gigpo"],
     "prover+vict": ["credit=prover+vict", "host.judge=contrastive"],
     "grpo-budget-matched": ["credit=budget-matched-grpo"],
+    "prover-oracle-judge": ["credit=prover", "host.judge=oracle"],
+    "prover-verifier-judge": ["credit=prover", "host.judge=verifier"],
+    "oracle-progress": ["credit=oracle-progress"],
 }
 BUDGET_OF = {"grpo-budget-matched": "prover"}  # arm -> the arm whose cost it matches
 SUCCESS = "eval/greedy/success"
 SAMPLED_SUCCESS = "eval/sampled/success"
+PROBE = "eval/probe/score"  # the pivotal testbed's primary metric (`prover_jax.choice_probe`)
 RECORD = ("config.json", "metrics.jsonl")  # a run's record
 FINAL_EVAL = "final_eval.json"  # in a powered run's record: `final_evaluation`
 # A smoke SFT starts from a tiny model of its own, never from a recorded one.
@@ -101,6 +105,11 @@ COSTS = ("credit/prover/extra_env_steps_fraction", "credit/prover/extra_policy_t
 DIAGNOSTICS = ("credit/prover/eligible_groups", "credit/prover/valid_proposals",
                "credit/vict/abstained", "credit/vict/trigger_rate", "credit/vict/sparsity",
                "success/rate", "learner/entropy")
+# A pivotal-testbed run's diagnostics, averaged over its updates (key prefixes).
+PIVOT_PER_UPDATE = ("success/", "episode/valid_actions", "credit/mass/",
+                    "credit/prover/eligible_groups", "credit/prover/valid_proposals",
+                    "credit/prover/extra_", "credit/vict/abstain")
+MASS_OUTCOME = "credit/mass/outcome"  # GRPO's share of the advantage mass (`advantage_mass`)
 # A powered run's diagnostics, averaged over its updates (key prefixes).
 PER_UPDATE = ("success/mixed_groups", "episode/count", "credit/vict/abstain",
               "credit/prover/extra_env_steps_fraction")
@@ -129,6 +138,7 @@ class Study:
         in `FINAL_EVAL` (0: none).
       summarize, table: the summary of the records (its JSON) and its markdown table.
       summary, plot: where the summary and its plot are written.
+      curve, y_label: the summary's curves' series that the plot draws, and its label.
     """
 
     config: Path
@@ -143,6 +153,8 @@ class Study:
     table: Callable[[dict, float], str]
     summary: Path
     plot: Path
+    curve: str = "success"
+    y_label: str = "held-out greedy success"
 
     @property
     def record_files(self) -> tuple[str, ...]:
@@ -422,8 +434,168 @@ def powered_table(summary: dict, start_success: float) -> str:
     return "\n".join(lines)
 
 
-def plot(summary: dict, path: Path) -> None:
-    """Success against updates, mean over seeds with each seed faint."""
+def probe_figures(run_dir: Path) -> dict[str, float]:
+    """A pivotal-testbed run's figures: its probe area (the mean of its choice-probe scores,
+    the one before its first update included), its first and last probe score and last
+    probabilities of taking the goal object and a look-alike, its final sampled success if it
+    recorded one (`FINAL_EVAL`), and averaged over its updates its `PIVOT_PER_UPDATE`
+    diagnostics and seconds per update."""
+    rows = read_metrics(run_dir)
+    probes = [row for row in rows if PROBE in row]
+    updates = [row for row in rows if row["step"] >= 0]
+    final = (json.loads((run_dir / FINAL_EVAL).read_text())
+             if (run_dir / FINAL_EVAL).exists() else {})
+    per_update = [key for key in dict.fromkeys(k for r in updates for k in r)
+                  if key.startswith(PIVOT_PER_UPDATE)]
+    return {"probe_area": float(np.mean([row[PROBE] for row in probes])),
+            "probe_start": probes[0][PROBE], "probe_final": probes[-1][PROBE],
+            **{f"{key}_final": probes[-1][f"eval/probe/{key}"]
+               for key in ("p_right_action", "p_wrong_action")},
+            **{k: v for k, v in final.items() if k == SAMPLED_SUCCESS},
+            **{key: float(np.mean([r.get(key, 0.0) for r in updates])) for key in per_update},
+            UPDATE_SECONDS: float(np.mean([sum(r[f"time/{phase}_s"] for phase in UPDATE_PHASES)
+                                           for r in updates]))}
+
+
+def paired_test(values: Mapping[int, float], reference: Mapping[int, float]) -> dict:
+    """`paired_difference` with its tests: the one-sided paired t-test's p-value that the
+    mean difference is above 0 (None under 2 seeds or with no spread), the seeds above 0 and
+    the one-sided sign test's p-value over the seeds that differ (1 if none does)."""
+    from scipy import stats
+
+    paired = paired_difference(values, reference)
+    differences = np.array(paired["differences"])
+    spread = len(differences) > 1 and np.ptp(differences) > 0
+    above, differ = int(np.sum(differences > 0)), int(np.sum(differences != 0))
+    return {**paired,
+            "t_p": float(stats.ttest_1samp(differences, 0.0, alternative="greater").pvalue)
+            if spread else None,
+            "above": above,
+            "sign_p": float(stats.binomtest(above, differ, alternative="greater").pvalue)
+            if differ else 1.0}
+
+
+def holm(p_values: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Holm's step-down adjustment of a family of p-values (None: not tested, left out)."""
+    tested = sorted((p, name) for name, p in p_values.items() if p is not None)
+    adjusted: dict[str, float | None] = {name: None for name in p_values}
+    running = 0.0
+    for rank, (p, name) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[name] = running
+    return adjusted
+
+
+def separates(test: dict, alpha: float = 0.05) -> bool:
+    """The pilot's rule: the paired difference is above 0 in every seed and its one-sided
+    paired t-test gives p < `alpha`."""
+    return all(d > 0 for d in test["differences"]) and test["t_p"] is not None \
+        and test["t_p"] < alpha
+
+
+def seeds_for_power(spread: float, effect: float, alpha: float = 0.05, power: float = 0.8,
+                    most: int = 100) -> int | None:
+    """The fewest seeds (2 or more) at which a one-sided paired t-test at level `alpha` detects
+    a mean paired difference `effect` with probability `power`, when the differences' standard
+    deviation is `spread` (noncentral t); None if `most` are not enough."""
+    from scipy import stats
+
+    for n in range(2, most + 1):
+        df = n - 1
+        critical = stats.t.ppf(1 - alpha, df)
+        if stats.nct.sf(critical, df, effect / spread * np.sqrt(n)) >= power:
+            return n
+    return None
+
+
+def summarize_pivot(runs: dict[str, dict[int, Path]], start_success: float) -> dict:
+    """Per arm: each seed's `probe_figures` and their means over seeds, the probe area's and
+    the final sampled success's `paired_test` against GRPO (the probe area's p-values also
+    Holm-adjusted over the arms, ``t_p_holm``, and the pilot's `separates`), the probe curves
+    and ProVer's pooled diagnostics. `start_success` is not used: each run probes its start."""
+    del start_success
+    figures = {arm: {seed: probe_figures(path) for seed, path in by_seed.items()}
+               for arm, by_seed in runs.items()}
+    reference = figures.get("grpo", {})
+    out = {}
+    for arm, by_seed in runs.items():
+        ours = figures[arm]
+        shared = [k for k in dict.fromkeys(k for f in ours.values() for k in f)
+                  if all(k in f for f in ours.values())]
+        tests = {}
+        for key in ("probe_area", SAMPLED_SUCCESS):
+            mine = {seed: f[key] for seed, f in ours.items() if key in f}
+            theirs = {seed: f[key] for seed, f in reference.items() if key in f}
+            if arm != "grpo" and set(mine) & set(theirs):
+                tests[key] = paired_test(mine, theirs)
+        out[arm] = {
+            "seeds": sorted(by_seed), "runs": {str(seed): f for seed, f in ours.items()},
+            "means": {k: float(np.mean([f[k] for f in ours.values()])) for k in shared},
+            "versus_grpo": tests,
+            "curves": {str(seed): {"updates": [row["step"] + 1 for row in rows],
+                                   "probe": [row[PROBE] for row in rows]}
+                       for seed, rows in ((seed, [r for r in read_metrics(path) if PROBE in r])
+                                          for seed, path in by_seed.items())},
+            **pooled([row for path in by_seed.values()
+                      for row in read_metrics(path, before_training=False)]),
+        }
+    adjusted = holm({arm: s["versus_grpo"]["probe_area"]["t_p"] for arm, s in out.items()
+                     if "probe_area" in s["versus_grpo"]})
+    for arm, p in adjusted.items():
+        area = out[arm]["versus_grpo"]["probe_area"]
+        area["t_p_holm"] = p
+        area["separates"] = separates(area)
+    return out
+
+
+def p_cell(p: float | None) -> str:
+    return "-" if p is None else f"{p:.3f}"
+
+
+def pivot_table(summary: dict, start_success: float) -> str:
+    """The markdown tables of `summarize_pivot`: the primary one (probe area, its paired
+    difference to GRPO with its 95% interval, the seeds above GRPO, the one-sided paired
+    t-test's p-value raw and Holm-adjusted, the sign test's), the secondary one (final probe,
+    probabilities of taking the goal object and a look-alike, sampled success and its paired
+    difference) and the diagnostics (means over updates and seeds; ProVer's pooled)."""
+    del start_success
+
+    def cell(s, key):
+        value = s["means"].get(key, s.get(key))
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [("| arm | seeds | probe area | - GRPO (95% CI) | seeds above GRPO | t-test p "
+              "| Holm p | sign test p |"), "|---|---|---|---|---|---|---|---|"]
+    for arm, s in summary.items():
+        area = s["versus_grpo"].get("probe_area") or {}
+        above = f"{area['above']} of {len(area['differences'])}" if area else "-"
+        lines.append(f"| {arm} | {len(s['seeds'])} | {cell(s, 'probe_area')} "
+                     f"| {interval_cell(area)} | {above} | {p_cell(area.get('t_p'))} "
+                     f"| {p_cell(area.get('t_p_holm'))} | {p_cell(area.get('sign_p'))} |")
+    lines += ["", ("| arm | probe at start | final probe | p(take) goal object "
+                   "| p(take) look-alike | final sampled success | - GRPO (95% CI) |"),
+              "|---|---|---|---|---|---|---|"]
+    for arm, s in summary.items():
+        lines.append(f"| {arm} | {cell(s, 'probe_start')} | {cell(s, 'probe_final')} "
+                     f"| {cell(s, 'p_right_action_final')} | {cell(s, 'p_wrong_action_final')} "
+                     f"| {cell(s, SAMPLED_SUCCESS)} "
+                     f"| {interval_cell(s['versus_grpo'].get(SAMPLED_SUCCESS))} |")
+    parts = list(dict.fromkeys(key for s in summary.values() for key in s["means"]
+                               if key.startswith("credit/mass/") and key != MASS_OUTCOME))
+    diagnostics = ["success/rate", "success/mixed_groups", "episode/valid_actions",
+                   "credit/prover/valid_proposals", "credit/prover/acceptance_rate",
+                   "credit/prover/mean_delta", "credit/vict/abstained", *parts, UPDATE_SECONDS]
+    lines += ["", "| arm | training success | mixed groups | valid actions "
+              "| ProVer proposals / update | ProVer acceptance | ProVer mean Δ | VICT abstained | "
+              + "".join(f"mass: {key.removeprefix('credit/mass/')} | " for key in parts)
+              + "s / update |", "|---|" + "---|" * len(diagnostics)]
+    for arm, s in summary.items():
+        lines.append(f"| {arm} | " + " | ".join(cell(s, key) for key in diagnostics) + " |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path, curve: str, y_label: str) -> None:
+    """The summary's `curve` series against updates, mean over seeds with each seed faint."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -433,11 +605,11 @@ def plot(summary: dict, path: Path) -> None:
     for arm, s in summary.items():
         curves = list(s["curves"].values())
         line = ax.plot(curves[0]["updates"],
-                       np.mean([c["success"] for c in curves], axis=0), label=arm)[0]
+                       np.mean([c[curve] for c in curves], axis=0), label=arm)[0]
         for c in curves:
-            ax.plot(c["updates"], c["success"], color=line.get_color(), alpha=0.2)
+            ax.plot(c["updates"], c[curve], color=line.get_color(), alpha=0.2)
     ax.set_xlabel("updates")
-    ax.set_ylabel("held-out greedy success")
+    ax.set_ylabel(y_label)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     figure.tight_layout()
@@ -459,6 +631,14 @@ STUDIES = {
         arms=("grpo", "prover", "vict", "gigpo", "grpo-budget-matched"), seeds=(0, 1, 2, 3, 4),
         final_samples=4, summarize=summarize_powered, table=powered_table,
         summary=RESULTS / "powered.json", plot=ROOT / "docs" / "results-powered.png"),
+    "pivot-pilot": Study(
+        config=ROOT / "configs" / "household-pivot.yaml",
+        sft_config=ROOT / "configs" / "sft" / "household-pivot-2.yaml",
+        start=RESULTS / "runs" / "sft-pivot-2", runs="pivot-pilot",
+        records=RESULTS / "pivot-pilot", arms=("grpo", "prover-oracle-judge", "oracle-progress"),
+        seeds=(0, 1, 2), final_samples=0, summarize=summarize_pivot, table=pivot_table,
+        summary=RESULTS / "pivot-pilot.json", plot=ROOT / "docs" / "results-pivot-pilot.png",
+        curve="probe", y_label="choice probe (held-out)"),
 }
 
 
@@ -505,7 +685,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         study.summary.parent.mkdir(parents=True, exist_ok=True)
         study.summary.write_text(json.dumps(
             {"start_success": start_success, "arms": summary}, indent=2) + "\n")
-        plot(summary, study.plot)
+        plot(summary, study.plot, study.curve, study.y_label)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from envs.pool import EnvPool
 from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE, AgentFormat
 from prover_jax import credit, runs
-from prover_jax.batch import pack_streams
+from prover_jax.batch import Batch, pack_streams
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
 from prover_jax.evaluate import eval_split
 from prover_jax.evaluation import evaluate_model
@@ -361,6 +361,28 @@ def step_metrics(groups: Sequence[Sequence[Episode]], learner_metrics: dict, hos
     }
 
 
+def advantage_mass(parts: Mapping[str, Any], batch: Batch) -> dict[str, float]:
+    """Each credit part's share of the batch's advantage mass, ``credit/mass/<part>``: the sum
+    of its absolute per-turn advantage over every policy token it applies to, over the same sum
+    for all parts (0 for every part when all are 0).
+
+    Args:
+      parts: float [B, T] per-turn advantages by source (`credit.parts`).
+      batch: the step's padded batch (its ``turn_ids`` and ``loss_mask`` [B, L]).
+    """
+    turns = next(iter(parts.values())).shape[1]
+    turn_ids = np.asarray(jax.device_get(batch.turn_ids))
+    on_policy = np.asarray(jax.device_get(batch.loss_mask)) & (turn_ids >= 0)
+    rows = np.nonzero(on_policy)[0]
+    tokens = np.zeros((turn_ids.shape[0], turns))
+    np.add.at(tokens, (rows, turn_ids[on_policy]), 1.0)
+    mass = {name: float(np.sum(np.abs(np.asarray(jax.device_get(value))) * tokens))
+            for name, value in parts.items()}
+    total = sum(mass.values())
+    return {f"credit/mass/{name}": value / total if total else 0.0
+            for name, value in mass.items()}
+
+
 def mixed_groups(groups: Sequence[Sequence[Episode]]) -> float:
     """The share of `groups` holding both a success (reward >= 1) and a failure: those whose
     outcomes differ, so that a group-relative advantage is not zero."""
@@ -469,10 +491,10 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 evaluation = evaluated(config, pool, state.params, learner, cfg, tokenizer, env)
                 laps.lap("eval")
             episodes = [e for group in groups for e in group]
+            parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
             row = distributed.mean_over_processes({
                 **step_metrics(groups, metrics, output.diagnostics, laps.seconds),
-                **evaluation})
-            parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
+                **advantage_mass(parts, batch), **evaluation})
             records = merged_records({**output.records,
                                       "samples": sample_records(groups, parts, mine)})
             row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}

@@ -112,6 +112,73 @@ def test_arms_are_compared_with_grpo_seed_by_seed(tmp_path):
     assert "| vict | 0.500 | - | - | 4.000 | - | - | - | 1.000 |" in table  # s / update
 
 
+def probed_run(run_dir, probes, mass=0.9):
+    """A pivotal-testbed run of 20 updates probed before them and after updates 10 and 20."""
+    rows = [{"step": step, "success/rate": 0.25, "credit/mass/outcome": mass,
+             "credit/mass/prover": 1 - mass, "time/rollout_s": 2.0, "time/credit_s": 1.0,
+             "time/learner_s": 1.0} for step in range(20)]
+    before = {"step": -1}
+    for row, probe in zip([before, rows[9], rows[19]], probes, strict=True):
+        row.update({compare.PROBE: probe, "eval/probe/p_right_action": probe / 2,
+                    "eval/probe/p_wrong_action": 0.1})
+    return write_metrics(run_dir, [before, *rows])
+
+
+def test_pivot_arms_are_tested_against_grpo_seed_by_seed(tmp_path):
+    from scipy import stats
+
+    grpo = {seed: probed_run(tmp_path / f"g{seed}", [0.6, 0.6, 0.6]) for seed in range(4)}
+    control = {seed: probed_run(tmp_path / f"c{seed}", [0.6, 0.6 + gain, 0.6 + 2 * gain])
+               for seed, gain in enumerate([0.03, 0.06, 0.015, 0.09])}
+    mixed = {seed: probed_run(tmp_path / f"m{seed}", [0.6, 0.6 + gain, 0.6])
+             for seed, gain in enumerate([0.03, -0.03, 0.03, 0.0])}
+    summary = compare.summarize_pivot({"grpo": grpo, "oracle-progress": control,
+                                       "prover-oracle-judge": mixed}, start_success=0.0)
+    area = summary["oracle-progress"]["versus_grpo"]["probe_area"]
+    differences = np.array([0.03, 0.06, 0.015, 0.09])  # the area is the mean of 3 probes
+    assert area["differences"] == pytest.approx(differences)
+    t = differences.mean() / (differences.std(ddof=1) / 2)
+    assert area["t_p"] == pytest.approx(stats.t.sf(t, df=3))
+    assert area["above"] == 4 and area["sign_p"] == pytest.approx(1 / 16)
+    assert area["separates"]
+    other = summary["prover-oracle-judge"]["versus_grpo"]["probe_area"]
+    assert other["above"] == 2 and other["sign_p"] == pytest.approx(4 / 8)  # of 3 that differ
+    assert not other["separates"]
+    low, high = sorted([area["t_p"], other["t_p"]])
+    assert area["t_p_holm"] == pytest.approx(2 * low)  # the smaller p, doubled
+    assert other["t_p_holm"] == pytest.approx(max(2 * low, high))
+    assert summary["grpo"]["versus_grpo"] == {}
+    means = summary["oracle-progress"]["means"]
+    assert means["probe_start"] == 0.6 and means["credit/mass/prover"] == pytest.approx(0.1)
+    assert means[compare.UPDATE_SECONDS] == 4.0
+    curve = summary["oracle-progress"]["curves"]["1"]
+    assert curve["updates"] == [0, 10, 20] and curve["probe"] == pytest.approx([0.6, 0.66, 0.72])
+    table = compare.pivot_table(summary, 0.0)
+    assert "| oracle-progress | 4 | 0.649 | +0.049 [" in table and "| 4 of 4 |" in table
+    assert "| grpo | 4 | 0.600 | - | - | - | - | - |" in table
+
+
+def test_holm_adjusts_the_smallest_p_value_most_and_keeps_the_order():
+    adjusted = compare.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": None})
+    assert adjusted.pop("d") is None
+    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+
+
+def test_the_seeds_for_power_detect_the_effect_as_often_as_asked():
+    rng = np.random.default_rng(0)
+
+    def power(seeds):
+        from scipy import stats
+
+        draws = rng.normal(0.5, 1.0, size=(20_000, seeds))
+        t = draws.mean(axis=1) / (draws.std(axis=1, ddof=1) / np.sqrt(seeds))
+        return np.mean(t > stats.t.ppf(0.95, seeds - 1))
+
+    seeds = compare.seeds_for_power(spread=1.0, effect=0.5)
+    assert power(seeds) >= 0.79 and power(seeds - 1) < 0.8
+    assert compare.seeds_for_power(spread=1.0, effect=0.01, most=10) is None
+
+
 def test_the_credit_placement_experiment_runs(capsys):
     from experiments import credit_placement
 
@@ -155,6 +222,11 @@ def test_docs_give_the_recorded_pivot_start():
     demonstrator = json.loads((ROOT / "experiments" / "results"
                                / "pivot_start-demonstrator.json").read_text())["results"]
     assert pivot_start.judges_table(demonstrator) in docs
+    second = json.loads((ROOT / "experiments" / "results" / "pivot_start-sft-pivot-2.json")
+                        .read_text())["results"]
+    assert pivot_start.gate_table(second["gate"]) in docs
+    assert pivot_start.probe_line(second["probe"]) in docs
+    assert second["gate"]["groups_1_3"] > 0.5  # the gate the docs say it passes
 
 
 def test_readme_quotes_the_recorded_pivot_start():

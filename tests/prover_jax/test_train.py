@@ -17,6 +17,7 @@ import pytest
 
 import envs
 from prover_jax import runs
+from prover_jax.batch import Batch
 from prover_jax.config import to_dict, without_secrets
 from prover_jax.credit.hosts import HostOptions
 from prover_jax.evaluate import EvalConfig
@@ -34,6 +35,7 @@ from prover_jax.train import (
     write_run_config,
 )
 from prover_jax.trainer import (
+    advantage_mass,
     environment_texts,
     step_line,
     step_metrics,
@@ -183,6 +185,8 @@ def test_a_positive_control_trains_and_the_choice_probe_is_logged(tmp_path):
     assert all(row["eval/probe/states"] == 3 and 0 <= row["eval/probe/score"] <= 1
                and not any(k.startswith("eval/greedy") for k in row) for row in logged)
     assert rows[0]["credit/oracle_progress/mean_abs_gain"] >= 0
+    shares = [rows[0][f"credit/mass/{part}"] for part in ("outcome", "oracle-progress")]
+    assert sum(shares) == pytest.approx(1.0) or shares == [0.0, 0.0]
 
 
 def test_train_config_errors():
@@ -420,6 +424,25 @@ def test_a_step_counts_the_groups_holding_both_a_success_and_a_failure():
     metrics = step_metrics(groups, {}, {}, {})
     assert metrics["success/mixed_groups"] == 0.5  # the first and the last
     assert metrics["success/rate"] == 0.5 and metrics["episode/count"] == 8.0
+
+
+def test_a_parts_advantage_mass_counts_each_policy_token_of_its_turns():
+    rng = np.random.default_rng(0)
+    rows, turns, length = 3, 4, 12
+    turn_ids = np.where(rng.random((rows, length)) < 0.7,
+                        rng.integers(0, turns, (rows, length)), -1).astype(np.int32)
+    loss_mask = (turn_ids >= 0) & (rng.random((rows, length)) < 0.8)
+    batch = Batch(np.zeros((rows, length), np.int32), loss_mask, turn_ids, np.zeros(rows, np.int32),
+                  np.zeros(rows, np.float32), np.ones((rows, turns), bool))
+    parts = {"outcome": rng.normal(size=(rows, turns)), "prover": rng.normal(size=(rows, turns))}
+    parts["prover"][:, 0] = 0.0
+    mass = {name: sum(abs(value[b, turn_ids[b, u]]) for b in range(rows) for u in range(length)
+                      if loss_mask[b, u]) for name, value in parts.items()}
+    shares = advantage_mass(parts, batch)
+    assert shares == pytest.approx({f"credit/mass/{name}": value / sum(mass.values())
+                                    for name, value in mass.items()})
+    silent = advantage_mass({name: np.zeros((rows, turns)) for name in parts}, batch)
+    assert silent == {"credit/mass/outcome": 0.0, "credit/mass/prover": 0.0}
 
 
 def test_a_step_logs_one_short_line_of_its_key_figures():
