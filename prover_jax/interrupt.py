@@ -19,13 +19,14 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(Exception):
-    """A run stopped by ``signum`` after completing and saving a step."""
+    """A run stopped by ``signum`` after completing and saving `step` steps (the progress
+    line's ``step STEP/N``)."""
 
     def __init__(self, signum: int, step: int, run_dir: str | None):
         self.signum = signum
         kept = (f"saved; resume it with the same command (--run-dir {run_dir})" if run_dir else
                 "it had no --run-dir, so nothing was kept")
-        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step - 1}: "
+        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}: "
                          f"{kept}")
 
     @property

@@ -558,7 +558,8 @@ class RunDirectory:
         same step)."""
         signals = [s for s in distributed.gather_objects(signum) if s]
         if signals:
-            self.checkpoints.save(state)
+            if int(state.step) not in self.checkpoints.steps():  # a due one may hold it
+                self.checkpoints.save(state)
             self.close()
             raise Interrupted(signals[0], int(state.step), run_dir)
 

@@ -46,8 +46,8 @@ def test_off_the_main_thread_nothing_is_deferred():
 
 
 def test_the_message_says_how_to_resume():
-    stopped = Interrupted(signal.SIGTERM, 5, "runs/a")
-    assert str(stopped) == ("stopped by SIGTERM after step 4: saved; resume it with the same "
+    stopped = Interrupted(signal.SIGTERM, 5, "runs/a")  # as the progress line's "step 5/N"
+    assert str(stopped) == ("stopped by SIGTERM after step 5: saved; resume it with the same "
                             "command (--run-dir runs/a)")
     assert stopped.exit_code == 143
     assert "nothing was kept" in str(Interrupted(signal.SIGINT, 1, None))

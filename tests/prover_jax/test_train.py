@@ -346,7 +346,7 @@ def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(
     output = _interrupt_when(process, metrics, 1, signal.SIGTERM)
     assert process.returncode == 128 + signal.SIGTERM, output[-2000:]
     done = len(read_metrics(cut))  # 2, or 1 when the signal came before step 0's end
-    said = (f"stopped by SIGTERM after step {done - 1}: saved; resume it with the same "
+    said = (f"stopped by SIGTERM after step {done}: saved; resume it with the same "
             f"command (--run-dir {cut})")
     assert said in output and "Traceback" not in output
     process = started()
@@ -365,6 +365,44 @@ def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(
     assert int(states[0].step) == int(states[1].step) == 4
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.slow
+def test_a_signal_in_any_phase_of_a_step_stops_after_that_step(tmp_path, monkeypatch):
+    """SIGTERM or SIGINT in each phase of a step (the rollout, the credit, the learner, the
+    write of a due checkpoint, and the last step's) lets the step finish, saves it once and
+    stops, naming the steps done as the progress line counts them; each resume goes on from
+    there."""
+    from prover_jax import trainer
+    from prover_jax.interrupt import Interrupted
+
+    tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=3))
+    cfg, params = tiny_model(len(tokenizer))
+    config = TrainConfig(env="household", steps=5, groups=1, group_size=2, max_actions=2,
+                         workers=1, checkpoint_every=1, run_dir=str(tmp_path),
+                         sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512))
+    lap = trainer.Laps.lap
+    stops = [("rollout", signal.SIGTERM), ("credit", signal.SIGINT),
+             ("learner", signal.SIGTERM), ("checkpoint", signal.SIGTERM),
+             ("checkpoint", signal.SIGINT)]  # the last step's, after its own checkpoint
+    for done, (phase, signum) in enumerate(stops, start=1):
+        sent = []
+
+        def signalling_lap(laps, name, phase=phase, signum=signum, sent=sent):
+            if name == phase and not sent:
+                sent.append(os.kill(os.getpid(), signum))
+            lap(laps, name)
+
+        monkeypatch.setattr(trainer.Laps, "lap", signalling_lap)
+        with pytest.raises(Interrupted) as stopped:
+            train(config, cfg, params, tokenizer, log=lambda line: None)
+        assert str(stopped.value).startswith(
+            f"stopped by {signal.Signals(signum).name} after step {done}: saved")
+        assert stopped.value.exit_code == 128 + signum
+        assert [row["step"] for row in read_metrics(tmp_path)] == list(range(done))
+        assert max(Checkpoints(tmp_path / "checkpoints").steps()) == done
+    monkeypatch.setattr(trainer.Laps, "lap", lap)
+    assert train(config, cfg, params, tokenizer, log=lambda line: None) == []  # all done
 
 
 def test_a_finished_run_names_its_result_files_and_plots(tmp_path):
