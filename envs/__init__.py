@@ -10,6 +10,7 @@ from envs.base import (
     Replay,
     Step,
     Task,
+    check_name,
     make,
     names,
     register,
@@ -21,5 +22,5 @@ from envs.verifier import Atom, Kind, Mutation, Role, Status, Verifier
 
 __all__ = [
     "Atom", "Env", "Kind", "Mutation", "Replay", "Role", "Status", "Step", "Task", "Verifier",
-    "make", "names", "register", "replay_suffix", "source_line", "task_seed",
+    "check_name", "make", "names", "register", "replay_suffix", "source_line", "task_seed",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import difflib
 import hashlib
 import importlib
 import inspect
@@ -222,13 +223,21 @@ def names(served: bool = True) -> list[str]:
     return sorted(n for n in set(_BUILTIN) | set(_REGISTRY) if served or n not in SERVED)
 
 
+def check_name(name: str) -> None:
+    """Raises a ValueError, with the closest names, when ``name`` is no environment's (built-in
+    or registered); imports nothing."""
+    if name not in names():
+        close = difflib.get_close_matches(name, names(), n=3)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+        raise ValueError(f"unknown environment {name!r}; {hint}known: {', '.join(names())}")
+
+
 def make(name: str, **config: Any) -> Env:
     """A new environment instance of kind ``name``, built with the options ``config`` (a
-    ValueError names an option it does not take)."""
-    if name not in _REGISTRY and name in _BUILTIN:
-        importlib.import_module(_BUILTIN[name])  # registers it
+    ValueError names an unknown environment, or an option it does not take)."""
+    check_name(name)
     if name not in _REGISTRY:
-        raise ValueError(f"unknown environment {name!r}; registered: {names()}")
+        importlib.import_module(_BUILTIN[name])  # registers it
     factory = _REGISTRY[name]
     try:
         inspect.signature(factory).bind(**config)

@@ -25,6 +25,7 @@ from envs.pool import EnvPool
 from prover_jax import credit
 from prover_jax.batch import Batch, Message, Trajectory, pack
 from prover_jax.credit.hosts import HostContext, HostOptions
+from prover_jax.platforms import skip_absent_tpu
 from prover_jax.rollout import Episode, ScriptedPolicy, run, start
 from prover_jax.train import trainable_methods
 from prover_jax.trainer import task_split
@@ -83,6 +84,7 @@ def report(ctx: HostContext, table: dict[str, np.ndarray], width: int = 10) -> s
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    skip_absent_tpu()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="household")
     parser.add_argument("--groups", type=int, default=2)

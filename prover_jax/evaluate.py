@@ -39,6 +39,7 @@ import numpy as np
 import envs
 from envs.pool import EnvPool
 from prover_jax import compile_cache, runs
+from prover_jax.platforms import skip_absent_tpu
 from prover_jax.settings import EvalConfig, chat_with
 
 MAX_SLOTS = 64  # episodes an evaluation keeps in flight at most
@@ -77,6 +78,7 @@ def markdown(results: dict[str, dict[str, float]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    skip_absent_tpu()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="a run directory or a Hugging Face model folder")
     parser.add_argument("--env", help="the environment (default: the one the model was "

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import envs
@@ -40,8 +41,15 @@ from prover_jax import compile_cache
 from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
 from prover_jax.learner.config import LearnerConfig, OptimizerConfig
+from prover_jax.platforms import skip_absent_tpu
 from prover_jax.settings import ChatConfig, EvalConfig
-from prover_jax.train import TinyModel, check_warmup, exit_when_interrupted, run_env
+from prover_jax.train import (
+    TinyModel,
+    check_run_config,
+    check_warmup,
+    exit_when_interrupted,
+    run_env,
+)
 from tpu.mesh_config import MeshConfig
 
 
@@ -79,6 +87,7 @@ class SftConfig:
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
     def __post_init__(self):
+        envs.check_name(self.env)
         if min(self.demonstrations, self.heldout, self.steps, self.batch_size, self.workers,
                self.checkpoint_every) < 1 or self.eval_every < 0:
             raise ValueError("demonstrations, heldout, steps, batch_size, workers and "
@@ -99,6 +108,7 @@ def demonstrating_env(config: SftConfig) -> envs.Env:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    skip_absent_tpu()
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Settings apply in order: SftConfig's defaults, --config, the flags, --set.")
@@ -106,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         config = load_config(SftConfig, args.config, overrides(args, SHORTHANDS))
+        if config.run_dir is not None:
+            check_run_config(Path(config.run_dir), config)
         demonstrating_env(config)
         # JAX, the model and the environments' workers load here, for a config that is valid
         from prover_jax import sft_trainer, trainer

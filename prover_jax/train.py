@@ -37,12 +37,14 @@ from prover_jax.credit import registry
 from prover_jax.credit.hosts import HostOptions
 from prover_jax.interrupt import Interrupted
 from prover_jax.learner.config import LearnerConfig, OptimizerConfig
+from prover_jax.platforms import skip_absent_tpu
 from prover_jax.plot import read_metrics
 from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
 from tpu.mesh_config import MeshConfig
 
 CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
 TASKS_FILE = "tasks.json"  # the environment's task source (`envs.Env.task_source`)
+CHANGES_FILE = "config_changes.json"  # the settings each resume changed, with its step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +102,7 @@ class TrainConfig:
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
     def __post_init__(self):
+        envs.check_name(self.env)
         method = registry.get(self.credit)
         if not registry.trainable(method):
             raise ValueError(f"credit {self.credit!r} has no host side to produce its inputs "
@@ -145,21 +148,46 @@ RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                      "workers")
 
 
-def check_run_config(directory: Path, config: TrainConfig) -> None:
-    """Raises a ValueError naming every setting in which ``config`` differs from the one the
-    run directory was started with (`RESUMABLE_CHANGES` may differ)."""
+def config_differences(directory: Path, config) -> dict[str, tuple[Any, Any]]:
+    """Each dotted setting in which ``config`` (a `TrainConfig` or `SftConfig`) differs from
+    the one the run directory was started with, as (stored, ours); empty when it holds none."""
     path = directory / CONFIG_FILE
-    if path.exists():
-        stored = with_chat_keys(flatten(json.loads(path.read_text())))
-        ours = flatten(without_secrets(to_dict(config)))
-        differing = sorted(k for k in set(stored) | set(ours)
-                           if not resumable(k) and stored.get(k) != ours.get(k))
-        if differing:
-            details = ", ".join(f"{k}: {stored.get(k)!r} -> {ours.get(k)!r}"
-                                for k in differing[:5])
-            raise ValueError(f"{directory} holds a run with another config ({details}); "
-                             "nothing was changed: resume with the same config or use another "
-                             "run directory")
+    if not path.exists():
+        return {}
+    stored = with_chat_keys(flatten(json.loads(path.read_text())))
+    ours = flatten(without_secrets(to_dict(config)))
+    return {k: (stored.get(k), ours.get(k)) for k in sorted(set(stored) | set(ours))
+            if stored.get(k) != ours.get(k)}
+
+
+def changes_line(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    return ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
+
+def check_run_config(directory: Path, config) -> None:
+    """Raises a ValueError naming every setting in which ``config`` differs from the one the
+    run directory was started with, but for those a resume may change (`RESUMABLE_CHANGES`)."""
+    differing = {k: v for k, v in config_differences(directory, config).items()
+                 if not resumable(k)}
+    if differing:
+        raise ValueError(f"{directory} holds a run with another config "
+                         f"({changes_line(differing)}); nothing was changed: resume with the "
+                         f"same settings (a resume may change only {', '.join(RESUMABLE_CHANGES)})"
+                         " or use another run directory")
+
+
+def record_config_changes(directory: Path, config, step: int) -> str | None:
+    """Appends the settings a resume at `step` changes (`config_differences`, all resumable
+    once `check_run_config` passed) to the run's `CHANGES_FILE`, as {"step": step, "changes":
+    {key: [before, now]}}; returns them as one line, None when none changed."""
+    changes = config_differences(directory, config)
+    if not changes:
+        return None
+    path = directory / CHANGES_FILE
+    recorded = json.loads(path.read_text()) if path.exists() else []
+    recorded.append({"step": step, "changes": {k: list(v) for k, v in changes.items()}})
+    path.write_text(json.dumps(recorded, indent=2) + "\n")
+    return changes_line(changes)
 
 
 def run_env(config) -> envs.Env:
@@ -265,7 +293,8 @@ def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m prover_jax.train", description=__doc__.splitlines()[0],
         epilog="Settings apply in order: TrainConfig's defaults, --config, the shorthand flags, "
-               "--set. Credit methods: " + ", ".join(trainable_methods()))
+               "--set. Credit methods: " + ", ".join(trainable_methods())
+               + ". Environments: " + ", ".join(envs.names()) + ".")
     add_arguments(parser, SHORTHANDS, "learner.optimizer.learning_rate=1e-6")
     parser.add_argument("--model", dest="init", metavar="PATH", help="the same as --init")
     parser.add_argument("--judge", help="ProVer's judge: contrastive, random, agentic, ...")
@@ -290,10 +319,13 @@ def config_changes(args: argparse.Namespace) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argument_parser()
+    skip_absent_tpu()
     args = parser.parse_args(argv)
     changes = config_changes(args)
     try:
         config = load_config(TrainConfig, args.config, changes)
+        if config.run_dir is not None:
+            check_run_config(Path(config.run_dir), config)
         # JAX, the model and the environments load here, for a config that is valid
         from prover_jax import trainer
         from tpu import distributed

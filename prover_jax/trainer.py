@@ -53,6 +53,7 @@ from prover_jax.spo_rollouts import (
     spo_trees,
 )
 from prover_jax.train import (
+    CHANGES_FILE,
     CHECKPOINTS,
     METRICS,
     TinyModel,
@@ -60,6 +61,7 @@ from prover_jax.train import (
     check_run_config,
     check_run_tasks,
     most_credited,
+    record_config_changes,
     run_env,
     write_run_config,
     write_run_tasks,
@@ -524,6 +526,8 @@ class RunDirectory:
         self.checkpoints = Checkpoints(directory / CHECKPOINTS, keep=2)
         restored = self.checkpoints.restore(learner.abstract_state())
         self.main = distributed.is_main()
+        changed = record_config_changes(directory, config, int(restored.step)) if (
+            self.main and restored is not None) else None
         if self.main:
             write_run_config(directory, config)
             write_run_tasks(directory, tasks)
@@ -534,6 +538,8 @@ class RunDirectory:
             log(f"nothing to do: {directory} holds step {done} of {config.steps}")
         elif restored is not None:
             log(f"resumed from {directory}: {done} of {config.steps} steps done")
+        if changed:
+            log(f"settings changed on resuming (recorded in {CHANGES_FILE}): {changed}")
         if done < config.steps:
             log(f"step {done + 1}/{config.steps}: compiling the programs first (a minute or more "
                 "on a CPU; cached for the next run)")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import uvicorn
 
 from prover_jax import compile_cache
+from prover_jax.platforms import skip_absent_tpu
 from prover_jax.server.app import create_app
 from prover_jax.server.model import ModelBackend
 from prover_jax.server.runner import GRACEFUL_SHUTDOWN_S, LOOPBACK
@@ -24,6 +25,7 @@ from prover_jax.settings import chat_with
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    skip_absent_tpu()
     parser = argparse.ArgumentParser(prog="python -m prover_jax.server",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="model folder or run directory")

@@ -38,9 +38,12 @@ def answered(module: str, *args: str) -> tuple[int, str, set[str]]:
      "credit_config.base.lam: expected float"),
     ("prover_jax.train", ["--steps", "0"], 2, "must be >= 1"),
     ("prover_jax.train", ["--config", "missing.yaml"], 2, "missing.yaml"),
+    ("prover_jax.train", ["--env", "housheold"], 2,
+     "unknown environment 'housheold'; did you mean 'household'"),
     ("prover_jax.sft", ["--help"], 0, "SftConfig's defaults"),
     ("prover_jax.sft", ["--noise", "1.5"], 2, "noise must be in [0, 1)"),
-    ("prover_jax.sft", ["--env", "nosuch"], 2, "nosuch"),
+    ("prover_jax.sft", ["--env", "househld-small"], 2,
+     "unknown environment 'househld-small'; did you mean 'household-small'"),
     ("prover_jax.evaluate", ["--help"], 0, "--samples"),
     ("prover_jax.evaluate", ["--expert", "--random"], 2, "not allowed with argument"),
     ("prover_jax.evaluate", ["--env", "household", "--split", "nosuch", "--expert"], 2,
@@ -50,3 +53,24 @@ def test_help_and_bad_settings_are_answered_without_jax(module, args, code, said
     returncode, output, heavy = answered(module, *args)
     assert returncode == code and said in output, output[-2000:]
     assert not heavy
+
+
+def test_the_help_lists_the_environments():
+    returncode, output, _ = answered("prover_jax.train", "--help")
+    assert returncode == 0 and "Environments: agentgym-alfworld, " in " ".join(output.split())
+
+
+@pytest.mark.parametrize("module", ["prover_jax.train", "prover_jax.sft"])
+def test_resuming_with_a_changed_setting_is_a_usage_error_naming_each_one(module, tmp_path):
+    """Before JAX loads; a setting a resume may change (steps) is not named."""
+    from prover_jax.sft import SftConfig
+    from prover_jax.train import TrainConfig, write_run_config
+
+    config = TrainConfig(groups=2) if module == "prover_jax.train" else SftConfig(batch_size=2)
+    write_run_config(tmp_path, config)
+    setting = "groups" if module == "prover_jax.train" else "batch_size"
+    returncode, output, heavy = answered(module, "--run-dir", str(tmp_path), "--set",
+                                         f"{setting}=3", "--steps", "50", "--set", "seed=1")
+    assert returncode == 2 and not heavy, output[-2000:]
+    assert (f"another config ({setting}: 2 -> 3, seed: {config.seed!r} -> 1); nothing was "
+            "changed") in output

@@ -100,7 +100,7 @@ def test_train_runs_and_resumes(tmp_path):
         assert sum(action["parts"].values()) == pytest.approx(action["credit"], abs=1e-6)
     # no eval.png: a random model's held-out figures after step 0 are those before it, constant
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "credit-prover.png", "credit-vict.png", "time.png", "training.png"]
+        "credit-mass.png", "credit-prover.png", "credit-vict.png", "time.png", "training.png"]
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # A killed run's metrics after its last checkpoint are redone on resume, and it says so.
     metrics, proofs = tmp_path / "metrics.jsonl", tmp_path / "vict_proofs.jsonl"
@@ -115,7 +115,12 @@ def test_train_runs_and_resumes(tmp_path):
     # resumed against the same reference (the starting model), one update away from it
     assert abs(more[0]["learner/kl"]) > 1e-3
     assert lines[1] == f"resumed from {tmp_path}: 1 of 2 steps done"
-    assert lines[2].startswith("step 2/2: compiling the programs first")
+    assert lines[2] == ("settings changed on resuming (recorded in config_changes.json): "
+                        "steps: 1 -> 2")
+    assert json.loads((tmp_path / "config_changes.json").read_text()) == [
+        {"step": 1, "changes": {"steps": [1, 2]}}]
+    assert json.loads((tmp_path / "config.json").read_text())["steps"] == 2
+    assert lines[3].startswith("step 2/2: compiling the programs first")
     logged = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert logged == json.loads(json.dumps([before, *first, *more]))  # not evaluated again
     assert [json.loads(line)["step"] for line in proofs.read_text().splitlines()] == [0]
