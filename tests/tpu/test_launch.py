@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,7 @@ def gcloud(tmp_path, monkeypatch):
 
 
 TARGET = ["--name", "rl-1", "--zone", "us-east5-a", "--project", "lab"]
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml")
 TPU = ["compute", "tpus", "tpu-vm"]
 WHERE = ["--zone=us-east5-a", "--project=lab"]
 
@@ -130,13 +132,28 @@ def test_a_misspelt_flag_is_a_usage_error_and_runs_nothing(gcloud, capsys, step)
 
 
 def test_the_trainer_gets_exactly_what_follows_the_separator(gcloud):
-    trainer = ["--steps", "5", "--set", "sampling.temperature=0.7"]
+    trainer = ["--steps", "5", "--set", "sampling.max_new_tokens=64"]
     assert main(["train", *TARGET, "--", *trainer]) == 0
     assert gcloud() == [[*TPU, "ssh", "rl-1", "--worker=all",
                          ("--command=cd ~ && nohup prover-venv/bin/python -m tpu.train "
                           "--config run/config.yaml --run-dir run/out --steps 5 --set "
-                          "sampling.temperature=0.7 > run/train.log 2>&1 < /dev/null &"),
+                          "sampling.max_new_tokens=64 > run/train.log 2>&1 < /dev/null &"),
                          *WHERE]]
+
+
+@pytest.mark.parametrize(("train_args", "said"), [
+    (["--set", "sampling.temperature=0.7"], "the sampler must draw from it too (temperature 1"),
+    (["--env", "housheold"], "did you mean 'household'")])
+def test_a_setting_the_trainer_would_refuse_fails_here_even_in_a_dry_run(gcloud, capsys,
+                                                                         train_args, said):
+    with pytest.raises(SystemExit) as raised:
+        main(["up", *TARGET, "--config", CONFIG, "--dry-run", "--skip-compile", "--",
+              *train_args])
+    assert raised.value.code == 2 and said in capsys.readouterr().err
+    with pytest.raises(SystemExit) as raised:
+        main(["train", *TARGET, "--config", "missing.yaml", "--", "--steps", "5"])
+    assert raised.value.code == 2 and "missing.yaml" in capsys.readouterr().err
+    assert gcloud() == []
 
 
 @pytest.mark.parametrize("step", ["train", "up"])
@@ -150,7 +167,7 @@ def test_a_trainer_argument_the_trainer_would_not_take_fails_here(gcloud, capsys
 
 
 def test_up_passes_the_trainer_arguments_to_its_train_command(gcloud, capsys):
-    assert main(["up", *TARGET, "--config", "c.yaml", "--dry-run", "--skip-compile", "--",
+    assert main(["up", *TARGET, "--config", CONFIG, "--dry-run", "--skip-compile", "--",
                  "--steps", "5"]) == 0
     assert gcloud() == []
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -179,10 +196,10 @@ def test_up_compiles_the_config_for_the_slice_before_creating_it(gcloud, capsys,
         return fits
 
     monkeypatch.setattr(tpu_compile, "preflight", preflight)
-    status = main(["up", *TARGET, "--config", "c.yaml", "--accelerator-type", "v5p-32",
+    status = main(["up", *TARGET, "--config", CONFIG, "--accelerator-type", "v5p-32",
                    "--", "--steps", "5", "--groups", "8", "--set", "mesh.fsdp=-1",
                    "--set=sampling.max_new_tokens=64"])
-    assert asked == [("c.yaml", "v5p-32", None, ["steps=5", "groups=8", "mesh.fsdp=-1",
+    assert asked == [(CONFIG, "v5p-32", None, ["steps=5", "groups=8", "mesh.fsdp=-1",
                                                  "sampling.max_new_tokens=64"])]
     out = capsys.readouterr().out
     if fits:  # then the steps run, create first

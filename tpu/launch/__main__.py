@@ -45,12 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def overrides(train_args: Sequence[str]) -> list[str]:
+def overrides(train_args: Sequence[str], config: str | None = None) -> list[str]:
     """The changes the trainer's arguments make of its config (shorthands such as ``--groups``
-    and each ``--set``), as ``python -m tpu.train`` reads them on the workers.
+    and each ``--set``), as ``python -m tpu.train`` reads them on the workers; with the local
+    `config` the workers will train (``--config``), the settings they make are checked as the
+    trainer checks them.
 
     Raises:
-      ValueError: an argument the trainer would not take.
+      ValueError: an argument the trainer would not take, or a setting it would refuse.
+      OSError: `config` cannot be read.
     """
     from prover_jax import train
     from tpu import train as tpu_train
@@ -59,7 +62,10 @@ def overrides(train_args: Sequence[str]) -> list[str]:
     args, unknown = train.argument_parser().parse_known_args(rest)
     if unknown:
         raise ValueError(f"the trainer takes no {' '.join(unknown)}")
-    return train.config_changes(args)
+    changes = train.config_changes(args)
+    if config is not None:
+        train.load_config(train.TrainConfig, config, changes)
+    return changes
 
 
 def fits_before_creating(target: launch.Target, changes: Sequence[str], echo=print) -> bool:
@@ -99,12 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             accelerator_type=args.accelerator_type, version=args.version, spot=args.spot,
             config=args.config, model=args.model, run_dir=args.run_dir,
             train_args=tuple(train_args or ()), local_dir=args.local_dir)
-        changes = overrides(target.train_args)
+        changes = overrides(target.train_args, target.config)
         commands = launch.STEPS[args.step](target)
         if args.step == "up" and not args.skip_compile and not fits_before_creating(target,
                                                                                     changes):
             return 1
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         parser.error(str(error))
     except RuntimeError as error:  # no TPU compiler here
         parser.error(f"{error}; or pass --skip-compile")
