@@ -250,10 +250,19 @@ def most_credited(added: Sequence[Any]) -> tuple[int, float]:
             float(sum(np.abs(value).sum() for value in added)))
 
 
+def shown(action: str, width: int) -> str:
+    """An action's text for one cell of a table: characters that would break the line (tabs,
+    newlines, other controls) escaped, cut to `width`."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in action)
+    return text[:width]
+
+
 def credit_lines(directory: Path, width: int = 36) -> list[str]:
-    """The most credited sampled group of ``samples.jsonl`` (`most_credited`; the earliest of
-    equals; with several processes a step samples a group on each): its episodes action by
-    action, with the credit each source gave them. None without samples."""
+    """The most credited sampled group of ``samples.jsonl`` (`most_credited`, then the most
+    outcome advantage; the earliest of equals; with several processes a step samples a group on
+    each): its episodes action by action, with the credit each source that gave any gave them
+    ("!" marks an action the environment rejected). One line when no sampled group got any
+    credit; none without samples."""
     path = directory / "samples.jsonl"
     records = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
                if path.exists() else [])
@@ -261,26 +270,36 @@ def credit_lines(directory: Path, width: int = 36) -> list[str]:
         return []
     sampled = sorted({(r["step"], r["group"]) for r in records})
 
-    def credited(key: tuple[int, int]) -> tuple[int, float]:
+    def credited(key: tuple[int, int]) -> tuple[int, float, float]:
         actions = [a["parts"] for r in records if (r["step"], r["group"]) == key
                    for a in r["actions"]]
         sources = dict.fromkeys(name for parts in actions for name in parts if name != "outcome")
-        return most_credited([[parts.get(name, 0.0) for parts in actions] for name in sources])
+        return (*most_credited([[parts.get(name, 0.0) for parts in actions]
+                                for name in sources]),
+                sum(abs(parts.get("outcome", 0.0)) for parts in actions))
 
     step, group = max(sampled, key=lambda key: (credited(key), -key[0], -key[1]))
+    if credited((step, group)) == (0, 0.0, 0.0):
+        return [("credit: none in any sampled group (in each, every episode had the same reward, "
+                "so GRPO's advantage is 0, and the method added nothing)")]
     chosen = [r for r in records if (r["step"], r["group"]) == (step, group)]
     names = list(chosen[0]["actions"][0]["parts"]) if chosen[0]["actions"] else ["outcome"]
-    added = [n for n in names if n != "outcome"]
+    added = [n for n in names if n != "outcome"
+             and any(a["parts"][n] for r in chosen for a in r["actions"])]
+    names = ["outcome", *added]
     lines = [f"credit at step {step + 1}, group {group} ({chosen[0]['task']}): "
-             "outcome is the flat advantage GRPO gives every action, "
-             + ", ".join(added) + " what the method added"]
+             "outcome is the flat advantage GRPO gives every action"
+             + (", " + ", ".join(added) + " what the method added" if added else "")]
     header = f"  {'turn':>4}  {'action':<{width}}" + "".join(f"{n:>9}" for n in
                                                            [*names, "total"])
     for record in chosen:
         lines += [f" episode {record['member']} (reward {record['reward']:g})", header]
-        lines += [f"  {t:>4}  {a['action'][:width]:<{width}}"
+        lines += [f"  {t:>4}{' !' if not a.get('valid', True) else '  '}"
+                  f"{shown(a['action'], width):<{width}}"
                   + "".join(f"{a['parts'][n]:>+9.3f}" for n in names) + f"{a['credit']:>+9.3f}"
                   for t, a in enumerate(record["actions"])]
+    if any(not a.get("valid", True) for r in chosen for a in r["actions"]):
+        lines.append(" (! the environment rejected the action)")
     return lines
 
 

@@ -455,6 +455,24 @@ def test_a_finished_run_shows_the_group_most_sources_of_credit_acted_on(tmp_path
         " episode 3 (reward 0)",
         "  turn  action                      outcome   prover     vict    total",
         "     0  look                         -0.500   +0.000   +0.000   -0.500"]
+    # a GRPO run's group: the method's part is 0 throughout and left out; a rejected action
+    # marked, its controls escaped
+    grpo = {**failed, "actions": [{"action": "go\tto sink 1\n", "valid": False, "credit": 0.5,
+                                   "parts": {"outcome": 0.5, "grpo": 0.0}}]}
+    (tmp_path / "samples.jsonl").write_text(json.dumps(grpo) + "\n")
+    assert credit_lines(tmp_path, width=26) == [
+        ("credit at step 2, group 2 (household/train/7): outcome is the flat advantage GRPO "
+        "gives every action"),
+        " episode 3 (reward 0)",
+        "  turn  action                      outcome    total",
+        "     0 !go\\tto sink 1\\n              +0.500   +0.500",
+        " (! the environment rejected the action)"]
+    (tmp_path / "samples.jsonl").write_text(json.dumps(
+        {**grpo, "actions": [{**a, "parts": {"outcome": 0.0, "grpo": 0.0}, "credit": 0.0}
+                             for a in grpo["actions"]]}) + "\n")
+    assert credit_lines(tmp_path) == [
+        ("credit: none in any sampled group (in each, every episode had the same reward, so "
+        "GRPO's advantage is 0, and the method added nothing)")]
     (tmp_path / "samples.jsonl").unlink()
     assert credit_lines(tmp_path) == []
 
