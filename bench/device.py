@@ -107,7 +107,7 @@ def build_model(setup: Setup):
     import envs
     from models import qwen
     from prover_jax import trainer
-    from prover_jax.train import TinyModel
+    from prover_jax.run_settings import TinyModel
     from tpu import plan
 
     env = envs.make(ENV)
@@ -266,12 +266,13 @@ def run_parent(params) -> str | None:
 
 def measure_trainer(cfg, params, tokenizer, setup: Setup) -> dict:
     """The trainer's per-step phase seconds, read from its run directory's metrics.jsonl."""
-    from prover_jax import train, trainer
+    from prover_jax import trainer
     from prover_jax.model_policy import SamplingConfig
+    from prover_jax.run_settings import TrainConfig
 
     knobs = dict(setup.trainer)
     with tempfile.TemporaryDirectory(prefix="device-bench-", dir=run_parent(params)) as directory:
-        config = train.TrainConfig(
+        config = TrainConfig(
             env=ENV, credit="grpo", steps=2, run_dir=directory, checkpoint_every=10,
             sampling=SamplingConfig(max_new_tokens=knobs.pop("max_new_tokens")),
             learner=learner_config(setup),

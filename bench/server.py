@@ -30,9 +30,9 @@ import openai
 import envs
 from bench import report
 from models import qwen
+from prover_jax.run_settings import TinyModel
 from prover_jax.server import ChatRequest, serve
 from prover_jax.server.model import ModelBackend
-from prover_jax.train import TinyModel
 from prover_jax.trainer import tiny
 
 SHAPE = TinyModel(vocab_size=1024, hidden_size=256, layers=4, heads=4, kv_heads=2, head_dim=64,

@@ -139,7 +139,7 @@ def generate_calls(updates: int) -> dict[str, dict]:
     from bench import rollout as rollout_bench
     from prover_jax import model_policy, trainer, verify
     from prover_jax.config import load as load_config
-    from prover_jax.train import TrainConfig
+    from prover_jax.run_settings import TrainConfig
 
     rollout_bench.listen_to_compiles()
     calls = {"groups": [], "continuations": []}  # (rows, rows that generated, tokens, slots)

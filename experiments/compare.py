@@ -63,12 +63,11 @@ import numpy as np
 from envs.pool import EnvPool
 from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
-from prover_jax.evaluate import MAX_SLOTS, eval_slots
 from prover_jax.plot import read_metrics
-from prover_jax.sft import SftConfig
+from prover_jax.run_settings import SftConfig, TrainConfig, run_env
+from prover_jax.settings import MAX_SLOTS, eval_slots
 from prover_jax.sft_trainer import sft
 from prover_jax.spo_rollouts import budget_schedule_of_run
-from prover_jax.train import TrainConfig, run_env
 from prover_jax.trainer import UPDATE_PHASES, held_out, initial_model, train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,8 +43,8 @@ from prover_jax import credit
 from prover_jax.batch import pack
 from prover_jax.credit.hosts import HostContext, HostOptions
 from prover_jax.credit_report import turn_structure
+from prover_jax.demonstrations import Demonstration
 from prover_jax.rollout import Episode, ScriptedPolicy, run, start
-from prover_jax.sft_trainer import Demonstration
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "household-small"

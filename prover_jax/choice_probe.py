@@ -28,6 +28,7 @@ import numpy as np
 import envs
 from envs.pool import EnvPool
 from prover_jax.batch import TokenStream, pack_streams
+from prover_jax.demonstrations import DemonstrationPolicy
 from prover_jax.rollout import Action, Episode, Policy, run, start
 
 PROBE_SEED = 0
@@ -52,7 +53,7 @@ def choice_probes(pool: EnvPool, demonstrator: Policy, env: envs.Env,
 
     Args:
       pool: an environment pool of `env`'s kind.
-      demonstrator: a policy whose actions carry tokens (`sft_trainer.DemonstrationPolicy`).
+      demonstrator: a policy whose actions carry tokens (`demonstrations.DemonstrationPolicy`).
       env: an environment with a choice oracle.
       tasks: the probes' tasks, one episode each.
       rng: the demonstrator's randomness.
@@ -117,8 +118,6 @@ def held_out_probes(pool: EnvPool, env: envs.Env, tokenizer, chat,
     """The probes of the demonstrator's episodes of `tasks` (its randomness seeded with
     `PROBE_SEED`, so every run of a study reads the same states), and the end-of-turn token
     id (which pads them)."""
-    from prover_jax.sft_trainer import DemonstrationPolicy
-
     demonstrator = DemonstrationPolicy(tokenizer, env.instruction(), chat)
     probes = choice_probes(pool, demonstrator, env, tasks, random.Random(PROBE_SEED),
                            demonstrator.reply_ids)

@@ -27,7 +27,7 @@ from prover_jax.batch import Batch, Message, Trajectory, pack
 from prover_jax.credit.hosts import HostContext, HostOptions
 from prover_jax.platforms import skip_absent_tpu
 from prover_jax.rollout import Episode, ScriptedPolicy, run, start
-from prover_jax.train import trainable_methods
+from prover_jax.run_settings import trainable_methods
 from prover_jax.trainer import task_split
 
 NEEDS_AN_LLM = ("criticsearch",)

@@ -28,42 +28,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 import envs
 from envs.pool import EnvPool
 from prover_jax import compile_cache, runs
 from prover_jax.platforms import skip_absent_tpu
-from prover_jax.settings import EvalConfig, chat_with
-
-MAX_SLOTS = 64  # episodes an evaluation keeps in flight at most
-
-
-def eval_slots(tasks: int, samples: int) -> int:
-    """Episodes an evaluation of `tasks` tasks keeps in flight: one per episode of its larger
-    mode (greedy: one per task; sampled: `samples` per task), at most `MAX_SLOTS`."""
-    return min(tasks * max(samples, 1), MAX_SLOTS)
-
-
-def eval_split(env: envs.Env, split: str | None = None) -> str:
-    """`split` checked against the environment's, or its held-out one: "eval", else
-    "test", else its last split."""
-    if split is not None:
-        if split not in env.splits:
-            raise ValueError(f"{env.name} has no split {split!r}; its splits: {env.splits}")
-        return split
-    return next((s for s in ("eval", "test") if s in env.splits), env.splits[-1])
-
-
-def pass_at_k(successes: Sequence[int], samples: int, k: int) -> float:
-    """tau-bench's pass^k over tasks: the mean of C(c, k) / C(n, k)."""
-    return float(np.mean([math.comb(c, k) / math.comb(samples, k) for c in successes]))
+from prover_jax.settings import EvalConfig, chat_with, eval_slots, eval_split
 
 
 def markdown(results: dict[str, dict[str, float]]) -> str:

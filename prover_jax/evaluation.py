@@ -12,10 +12,9 @@ import numpy as np
 
 import envs
 from envs.pool import EnvPool
-from prover_jax.evaluate import pass_at_k
 from prover_jax.model_policy import ModelPolicy
 from prover_jax.rollout import Episode, Policy, run, start
-from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
+from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig, pass_at_k
 
 
 def summarize(groups: Sequence[Sequence[Episode]]) -> dict[str, float]:

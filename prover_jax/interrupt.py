@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -58,3 +59,13 @@ def deferred_signals() -> Iterator[Callable[[], int | None]]:
     finally:
         for s in SIGNALS:
             signal.signal(s, previous[s])
+
+
+@contextlib.contextmanager
+def exit_when_interrupted() -> Iterator[None]:
+    """Turns `Interrupted` into its one-line message and exit code."""
+    try:
+        yield
+    except Interrupted as e:
+        print(e, file=sys.stderr)
+        sys.exit(e.exit_code)

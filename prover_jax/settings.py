@@ -7,9 +7,13 @@ loads (`prover_jax.model_policy` samples with a `SamplingConfig`, `prover_jax.ev
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+import envs
 from prover_jax.config import build, check_choice, override, to_dict
 
 SAMPLING_DTYPES = ("float32", "bfloat16")
@@ -124,3 +128,27 @@ class EvalConfig:
                              f"{self.samples}, {self.probe_tasks}, {self.tasks}")
         if not self.greedy and not self.samples and not self.probe_tasks:
             raise ValueError("nothing to run: greedy is off, samples and probe_tasks are 0")
+
+
+MAX_SLOTS = 64  # episodes an evaluation keeps in flight at most
+
+
+def eval_slots(tasks: int, samples: int) -> int:
+    """Episodes an evaluation of `tasks` tasks keeps in flight: one per episode of its larger
+    mode (greedy: one per task; sampled: `samples` per task), at most `MAX_SLOTS`."""
+    return min(tasks * max(samples, 1), MAX_SLOTS)
+
+
+def eval_split(env: envs.Env, split: str | None = None) -> str:
+    """`split` checked against the environment's, or its held-out one: "eval", else
+    "test", else its last split."""
+    if split is not None:
+        if split not in env.splits:
+            raise ValueError(f"{env.name} has no split {split!r}; its splits: {env.splits}")
+        return split
+    return next((s for s in ("eval", "test") if s in env.splits), env.splits[-1])
+
+
+def pass_at_k(successes: Sequence[int], samples: int, k: int) -> float:
+    """tau-bench's pass^k over tasks: the mean of C(c, k) / C(n, k)."""
+    return float(np.mean([math.comb(c, k) / math.comb(samples, k) for c in successes]))

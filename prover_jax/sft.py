@@ -24,87 +24,23 @@ policy parses as the action). For a real Qwen checkpoint, ``chat.reply=tool_call
 the template's arguments (``enable_thinking``). The setting is stored with the model
 (`prover_jax.runs`), so RL from the run, its evaluation and the server use it.
 
-This module reads and checks the settings (`SftConfig`) without loading JAX;
-`prover_jax.sft_trainer` runs the warm start.
+This module reads and checks the settings (`prover_jax.run_settings.SftConfig`) without loading
+JAX; `prover_jax.sft_trainer` runs the warm start.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import envs
 from prover_jax import compile_cache
 from prover_jax.config import add_arguments, overrides
 from prover_jax.config import load as load_config
-from prover_jax.learner.config import LearnerConfig, OptimizerConfig
+from prover_jax.interrupt import exit_when_interrupted
 from prover_jax.platforms import skip_absent_tpu
-from prover_jax.settings import ChatConfig, EvalConfig
-from prover_jax.train import (
-    TinyModel,
-    check_run_config,
-    check_warmup,
-    exit_when_interrupted,
-    run_env,
-)
-from tpu.mesh_config import MeshConfig
-
-
-@dataclasses.dataclass(frozen=True)
-class SftConfig:
-    """A warm-start run. ``tiny`` is the model when ``init`` (a run directory or a model
-    folder) is None."""
-
-    env: str = "household-small"
-    # the environment's keyword arguments (alfworld: {"data": FOLDER} of ALFWorld's games)
-    env_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    split: str | None = None  # the demonstrations' tasks (None: "train", else the first split)
-    demonstrations: int = 512  # expert episodes trained on
-    noise: float = 0.2  # share of the expert's actions replaced by random ones (not trained on)
-    repeats: float = 0.0  # share replaced by the previous action again (`DemonstrationPolicy`)
-    chat: ChatConfig | None = None  # None: the init model's stored setting, else ChatConfig()
-    heldout: int = 32  # expert episodes on held-out tasks for the held-out NLL
-    steps: int = 300
-    batch_size: int = 16
-    max_actions: int | None = None  # cap per episode (None: the environment's turn limit)
-    workers: int = 2
-    seed: int = 0
-    run_dir: str | None = None
-    checkpoint_every: int = 50
-    eval_every: int = 100  # steps between held-out NLL and evaluation (0: only at the end)
-    evaluation: EvalConfig = dataclasses.field(
-        default_factory=lambda: EvalConfig(samples=0, max_new_tokens=24))
-    init: str | None = None
-    tiny: TinyModel = dataclasses.field(default_factory=lambda: TinyModel(
-        vocab_size=1024, hidden_size=128, layers=4, heads=4, kv_heads=2, head_dim=32,
-        intermediate_size=384, tokenizer_episodes=200))
-    learner: LearnerConfig = dataclasses.field(default_factory=lambda: LearnerConfig(
-        optimizer=OptimizerConfig(learning_rate=1e-3, warmup_steps=20), compute_dtype="float32"))
-    # The learner's devices (`tpu.mesh`)
-    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
-
-    def __post_init__(self):
-        envs.check_name(self.env)
-        if min(self.demonstrations, self.heldout, self.steps, self.batch_size, self.workers,
-               self.checkpoint_every) < 1 or self.eval_every < 0:
-            raise ValueError("demonstrations, heldout, steps, batch_size, workers and "
-                             "checkpoint_every must be >= 1, eval_every >= 0")
-        for name in ("noise", "repeats"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        check_warmup(self.steps, self.learner)
-
-
-def demonstrating_env(config: SftConfig) -> envs.Env:
-    """A new environment of ``config`` (`run_env`); ValueError when it has no expert to learn
-    from."""
-    env = run_env(config)
-    if not env.has_expert:
-        raise ValueError(f"{config.env} has no expert to learn from")
-    return env
+from prover_jax.run_files import check_run_config
+from prover_jax.run_settings import SftConfig, demonstrating_env
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,8 +1,8 @@
 """The supervised warm start's run (`sft`): expert demonstrations as rollout-identical token
 streams, the learner's step on their reply tokens, held-out NLL and evaluation, in a run
-directory; `prover_jax.sft` is its command line and says what it does.
+directory; `prover_jax.sft` is its command line and says what it does, and
+`prover_jax.run_settings.SftConfig` its settings.
 """
-
 
 from __future__ import annotations
 
@@ -18,16 +18,14 @@ import tqdm
 
 import envs
 from envs.pool import EnvPool
-from models.qwen.chat import AgentFormat
 from prover_jax.batch import pack_streams
-from prover_jax.evaluate import eval_split
+from prover_jax.demonstrations import DemonstrationPolicy, demonstrations
 from prover_jax.evaluation import evaluate_model
 from prover_jax.interrupt import deferred_signals
 from prover_jax.learner import Learner, TrainBatch
-from prover_jax.model_policy import next_context
-from prover_jax.rollout import Action, Episode, Policy, ScriptedPolicy, run, start
-from prover_jax.settings import ChatConfig
-from prover_jax.sft import SftConfig, demonstrating_env
+from prover_jax.rollout import Episode
+from prover_jax.run_settings import SftConfig, demonstrating_env
+from prover_jax.settings import eval_split
 from prover_jax.trainer import (
     Laps,
     RunDirectory,
@@ -37,53 +35,6 @@ from prover_jax.trainer import (
     with_chat,
 )
 from tpu.mesh import batch_shards, build_mesh, to_sampler
-
-
-@dataclasses.dataclass(frozen=True)
-class Demonstration(Action):
-    """A demonstrated action: `expert` False for a random one (context, not a target)."""
-
-    expert: bool = True
-
-
-class DemonstrationPolicy(Policy):
-    """The expert (with random actions mixed in) as token streams: each reply is the action
-    as the chat setting writes it (`AgentFormat.reply_text`) tokenized, then the end-of-turn
-    token, after the context a model would have read.
-
-    A share `noise` of the expert's actions is replaced by random admissible ones; then a share
-    `repeats` by the episode's previous action again. A repeated action is usually one the
-    environment rejects ("Nothing happens": the agent is already there, already holds the
-    object, the receptacle is already open), so the expert's next actions show the way back
-    from the mistake the tiny household agent made most (`docs/results.md`). Neither kind is
-    trained on."""
-
-    def __init__(self, tokenizer, system: str, chat: ChatConfig, noise: float = 0.0,
-                 repeats: float = 0.0):
-        self.format = AgentFormat(tokenizer, system, chat.reply, chat.template)
-        self.tokenizer = tokenizer
-        self.scripted = ScriptedPolicy(noise, repeats)
-
-    def reply_ids(self, text: str) -> tuple[int, ...]:
-        """The action ``text`` as the model writes it, tokenized, then the end-of-turn token."""
-        return (*self.tokenizer.encode(self.format.reply_text(text), add_special_tokens=False),
-                self.format.end_of_turn)
-
-    def act(self, episodes, slots, pool, rngs):
-        actions = []
-        chosen = self.scripted.choose(episodes, slots, pool, rngs)
-        for episode, (text, noisy) in zip(episodes, chosen):
-            reply = self.reply_ids(text)
-            context = tuple(int(i) for i in next_context(self.format, episode))
-            actions.append(Demonstration(text, reply, (0.0,) * len(reply), context, not noisy))
-        return actions
-
-
-def demonstrations(pool: EnvPool, policy: DemonstrationPolicy, tasks: Sequence[envs.Task],
-                   rng: random.Random, max_actions: int | None = None) -> list[Episode]:
-    """One demonstrated episode per task."""
-    return run(pool, policy, [start(t) for t in tasks], rng, max_actions,
-               progress="demonstrations")
 
 
 def sft_batch(episodes: Sequence[Episode], pad_token_id: int, max_len: int,

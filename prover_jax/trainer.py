@@ -11,8 +11,8 @@ draw of the host side (rollouts, judges, continuations). Each group draws from i
 (`group_rng`), so a group plays, is judged and is continued the same in any batch and on any
 process: with several processes the rollouts, and so the updates, are the single process's.
 
-``python -m prover_jax.train`` is its command line, and `prover_jax.train.TrainConfig` its
-settings.
+``python -m prover_jax.train`` is its command line, and `prover_jax.run_settings.TrainConfig`
+its settings; the loop never imports its command line.
 """
 
 from __future__ import annotations
@@ -39,32 +39,31 @@ from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE, AgentFormat
 from prover_jax import credit, runs
 from prover_jax.batch import Batch, pack_streams
+from prover_jax.choice_probe import held_out_probes, probe_metrics
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
-from prover_jax.evaluate import eval_split
 from prover_jax.evaluation import evaluate_model
 from prover_jax.interrupt import Interrupted, deferred_signals
 from prover_jax.learner import Checkpoints, Learner, TrainBatch
 from prover_jax.model_policy import ModelPolicy
 from prover_jax.plot import plot_run
 from prover_jax.rollout import Episode, rng_streams, run, start
-from prover_jax.spo_rollouts import (
-    SpoTree,
-    default_branch_actions,
-    spo_trees,
-)
-from prover_jax.train import (
+from prover_jax.run_files import (
     CHANGES_FILE,
     CHECKPOINTS,
     METRICS,
-    TinyModel,
-    TrainConfig,
     check_run_config,
     check_run_tasks,
     most_credited,
     record_config_changes,
-    run_env,
     write_run_config,
     write_run_tasks,
+)
+from prover_jax.run_settings import TinyModel, TrainConfig, run_env
+from prover_jax.settings import eval_split
+from prover_jax.spo_rollouts import (
+    SpoTree,
+    default_branch_actions,
+    spo_trees,
 )
 from tpu import distributed
 from tpu.mesh import batch_shards, build_mesh, from_process_local, to_sampler
@@ -626,8 +625,6 @@ def evaluated(config: TrainConfig, pool: EnvPool, params, learner: Learner, cfg,
     settings = config.evaluation
     probe = {}
     if settings.probe_tasks:  # on every process: the learner's log-probs span its mesh
-        from prover_jax.choice_probe import held_out_probes, probe_metrics
-
         tasks = env.tasks(eval_split(env, settings.split))[: settings.probe_tasks]
         probes, pad = held_out_probes(pool, env, tokenizer, config.chat, tasks)
         probe = {f"eval/probe/{k}": v for k, v in probe_metrics(

@@ -608,7 +608,7 @@ def setup_from_config(path: str, model: str | None, accelerator: str,
     from models import qwen
     from prover_jax import runs
     from prover_jax.config import load
-    from prover_jax.train import TrainConfig
+    from prover_jax.run_settings import TrainConfig
 
     config = load(TrainConfig, path, list(overrides))
     if model is not None:

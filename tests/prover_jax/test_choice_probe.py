@@ -13,12 +13,12 @@ import pytest
 import envs
 from envs.pool import EnvPool
 from prover_jax.choice_probe import choice_probabilities, choice_probes, probe_score
+from prover_jax.demonstrations import DemonstrationPolicy
 from prover_jax.learner import Learner
 from prover_jax.model_policy import ModelPolicy
 from prover_jax.rollout import run
+from prover_jax.run_settings import TinyModel
 from prover_jax.settings import ChatConfig, SamplingConfig
-from prover_jax.sft_trainer import DemonstrationPolicy
-from prover_jax.train import TinyModel
 from prover_jax.trainer import tiny
 
 ENV = "household-pivot"

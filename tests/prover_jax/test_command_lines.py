@@ -63,8 +63,8 @@ def test_the_help_lists_the_environments():
 @pytest.mark.parametrize("module", ["prover_jax.train", "prover_jax.sft"])
 def test_resuming_with_a_changed_setting_is_a_usage_error_naming_each_one(module, tmp_path):
     """Before JAX loads; a setting a resume may change (steps) is not named."""
-    from prover_jax.sft import SftConfig
-    from prover_jax.train import TrainConfig, write_run_config
+    from prover_jax.run_files import write_run_config
+    from prover_jax.run_settings import SftConfig, TrainConfig
 
     config = TrainConfig(groups=2) if module == "prover_jax.train" else SftConfig(batch_size=2)
     write_run_config(tmp_path, config)

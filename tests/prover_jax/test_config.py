@@ -9,7 +9,8 @@ import pytest
 import envs
 from prover_jax import credit
 from prover_jax.config import load, to_dict
-from prover_jax.train import TrainConfig, main
+from prover_jax.run_settings import TrainConfig
+from prover_jax.train import main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
@@ -75,7 +76,7 @@ def test_the_command_line_reports_bad_settings(tmp_path, capsys):
 
 @pytest.mark.parametrize("path", sorted((CONFIGS[0].parent / "sft").glob("*.yaml")))
 def test_shipped_sft_configs_load(path):
-    from prover_jax.sft import SftConfig
+    from prover_jax.run_settings import SftConfig
 
     config = load(SftConfig, path)
     assert config.steps >= config.eval_every > 0 and envs.make(config.env)

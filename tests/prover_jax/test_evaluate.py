@@ -13,10 +13,10 @@ import pytest
 import envs
 from envs.household.env import world_of
 from envs.pool import EnvPool
-from prover_jax.evaluate import eval_split, main, markdown, pass_at_k
+from prover_jax.evaluate import main, markdown
 from prover_jax.evaluation import evaluate, summarize
 from prover_jax.rollout import Episode, ScriptedPolicy
-from prover_jax.settings import EvalConfig
+from prover_jax.settings import EvalConfig, eval_split, pass_at_k
 
 
 @pytest.mark.parametrize("samples", [1, 3, 4])

@@ -16,8 +16,8 @@ from prover_jax.batch import pack
 from prover_jax.credit.hosts import HostContext, HostOptions
 from prover_jax.credit_report import turn_structure
 from prover_jax.rollout import ScriptedPolicy, run, start
+from prover_jax.run_settings import trainable_methods
 from prover_jax.spo_rollouts import spo_trees
-from prover_jax.train import trainable_methods
 
 GROUPS, GROUP_SIZE = 2, 4
 

@@ -30,10 +30,10 @@ from models.qwen import kv_cache
 from models.qwen.sampler import Sampled, generate
 from prover_jax.judges.agentic import AgenticConfig, AgenticJudge
 from prover_jax.judges.critic import Critic, CriticConfig
+from prover_jax.run_settings import TinyModel
 from prover_jax.server import ChatRequest, serve
 from prover_jax.server import model as model_module
 from prover_jax.server.model import ModelBackend, parse_tool_calls, split_reply
-from prover_jax.train import TinyModel
 from prover_jax.trainer import tiny
 from tests.prover_jax.test_judges import FAILURES, SUCCESS
 from tests.prover_jax.test_server import collect

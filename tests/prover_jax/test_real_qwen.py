@@ -17,15 +17,15 @@ from envs.pool import EnvPool
 from models import qwen
 from models.qwen import chat
 from prover_jax import evaluate, evaluation, runs
+from prover_jax.demonstrations import DemonstrationPolicy, demonstrations
 from prover_jax.learner import LearnerConfig, OptimizerConfig
 from prover_jax.model_policy import ModelPolicy, parse_action
 from prover_jax.rollout import run, start
+from prover_jax.run_settings import SftConfig, TinyModel, TrainConfig
 from prover_jax.server import ChatRequest, serve
 from prover_jax.server.model import ModelBackend
 from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
-from prover_jax.sft import SftConfig
-from prover_jax.sft_trainer import DemonstrationPolicy, demonstrations, sft
-from prover_jax.train import TinyModel, TrainConfig
+from prover_jax.sft_trainer import sft
 from prover_jax.trainer import tiny_model, train
 from tests.models.test_chat import qwen3_files
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from prover_jax.config import load
-from prover_jax.sft import SftConfig
-from prover_jax.train import TrainConfig
+from prover_jax.run_settings import SftConfig, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "configs" / "recipes").glob("*.yaml"))
@@ -51,7 +50,7 @@ def test_train_recipe_samples_a_real_model(path):
 def test_recipes_load_without_jax():
     """`--help` and a bad setting answer before JAX loads; so must reading a recipe."""
     code = ("import sys\nfrom pathlib import Path\nfrom prover_jax.config import load\n"
-            "from prover_jax.sft import SftConfig\nfrom prover_jax.train import TrainConfig\n"
+            "from prover_jax.run_settings import SftConfig, TrainConfig\n"
             "for p in sorted(Path('configs/recipes').glob('*.yaml')):\n"
             "    load(SftConfig if p.name.startswith('sft-') else TrainConfig, p, [])\n"
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n")

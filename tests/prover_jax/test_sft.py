@@ -15,12 +15,11 @@ import envs
 from envs.pool import EnvPool
 from models.qwen.chat import ACT_TOOL
 from prover_jax import evaluate, runs
-from prover_jax.evaluate import EvalConfig
+from prover_jax.demonstrations import DemonstrationPolicy, demonstrations
 from prover_jax.learner import LearnerConfig, OptimizerConfig
-from prover_jax.settings import ChatConfig
-from prover_jax.sft import SftConfig
-from prover_jax.sft_trainer import DemonstrationPolicy, demonstrations, sft, sft_batch
-from prover_jax.train import TinyModel
+from prover_jax.run_settings import SftConfig, TinyModel
+from prover_jax.settings import ChatConfig, EvalConfig
+from prover_jax.sft_trainer import sft, sft_batch
 from prover_jax.trainer import initial_model, tiny
 
 ENV = "household-small"

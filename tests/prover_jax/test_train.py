@@ -20,20 +20,14 @@ from prover_jax import runs
 from prover_jax.batch import Batch
 from prover_jax.config import to_dict, without_secrets
 from prover_jax.credit.hosts import HostOptions
-from prover_jax.evaluate import EvalConfig
 from prover_jax.learner import Checkpoints, Learner, LearnerConfig, LossConfig, OptimizerConfig
 from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
 from prover_jax.rollout import Episode
-from prover_jax.settings import ChatConfig
-from prover_jax.train import (
-    TrainConfig,
-    check_run_config,
-    closing_lines,
-    credit_lines,
-    main,
-    write_run_config,
-)
+from prover_jax.run_files import check_run_config, write_run_config
+from prover_jax.run_settings import TrainConfig
+from prover_jax.settings import ChatConfig, EvalConfig
+from prover_jax.train import closing_lines, credit_lines, main
 from prover_jax.trainer import (
     advantage_mass,
     environment_texts,
@@ -289,8 +283,15 @@ def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_a_chat_setting_left_to_the_model_is_compared_only_once_resolved(tmp_path):
+    write_run_config(tmp_path, TrainConfig(chat=ChatConfig("text")))
+    check_run_config(tmp_path, TrainConfig())  # None: the model's, known once it loads
+    with pytest.raises(ValueError, match=r"chat\.reply: 'text' -> 'tool_call'"):
+        check_run_config(tmp_path, TrainConfig(chat=ChatConfig("tool_call")))
+
+
 def test_a_run_resumes_on_the_same_tasks_from_another_folder_but_not_on_other_tasks(tmp_path):
-    from prover_jax.train import check_run_tasks, write_run_tasks
+    from prover_jax.run_files import check_run_tasks, write_run_tasks
 
     here = {"env": "alfworld", "tasks": "ALFWorld data", "data": "/home/a/alfworld",
             "eval": "valid_unseen", "splits": {"train": 3, "eval": 1}}

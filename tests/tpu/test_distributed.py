@@ -14,9 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from prover_jax.evaluate import EvalConfig
 from prover_jax.model_policy import SamplingConfig
-from prover_jax.train import TinyModel, TrainConfig
+from prover_jax.run_settings import TinyModel, TrainConfig
+from prover_jax.settings import EvalConfig
 from tests.prover_jax.test_learner_step import CFG, FP32, init_params, make_batch, run
 from tests.tpu import parity_env
 from tpu.distributed import DistributedConfig, from_environment

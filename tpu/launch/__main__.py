@@ -56,6 +56,8 @@ def overrides(train_args: Sequence[str], config: str | None = None) -> list[str]
       OSError: `config` cannot be read.
     """
     from prover_jax import train
+    from prover_jax.config import load as load_config
+    from prover_jax.run_settings import TrainConfig
     from tpu import train as tpu_train
 
     _, rest = tpu_train.argument_parser().parse_known_args(train_args)
@@ -64,7 +66,7 @@ def overrides(train_args: Sequence[str], config: str | None = None) -> list[str]
         raise ValueError(f"the trainer takes no {' '.join(unknown)}")
     changes = train.config_changes(args)
     if config is not None:
-        train.load_config(train.TrainConfig, config, changes)
+        load_config(TrainConfig, config, changes)
     return changes
 
 
