@@ -209,6 +209,52 @@ def assistant_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+CALL_PROBE = "f0rced_call_name"  # a name no tool has: where a rendered call names its function
+
+
+def call_prefix(tokenizer: transformers.PreTrainedTokenizerFast, messages: Sequence[dict],
+                tools: Sequence[dict], name: str | None = None, **template_kwargs) -> str:
+    """The start of a reply that calls a tool, as the continuation of the generation prompt of
+    `messages`: through the function's `name` and the quote or bracket closing it (``<tool_call>
+    {"name": "get_order"`` for Qwen2.5 and Qwen3, ``<tool_call> <function=get_order>`` for
+    Qwen3.5), or with `name` None up to where a name goes. Cut from the template's own rendering
+    of an assistant message making that call, after `messages`.
+
+    Raises:
+      ValueError: the template writes the call in no ``<tool_call>`` block or without its name,
+        or renders a reply that does not continue its generation prompt.
+    """
+    probe = name or CALL_PROBE
+    call = {"type": "function", "function": {"name": probe, "arguments": {}}}
+
+    def text(rendered: list, generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(rendered, tools=list(tools) or None, tokenize=False,
+                                             add_generation_prompt=generation_prompt,
+                                             **template_kwargs)
+
+    prompt = text(list(messages), True)
+    generation = prompt[prompt.rindex(ASSISTANT_START) + len(ASSISTANT_START):]
+    called = text([*messages, {"role": "assistant", "content": "", "tool_calls": [call]}], False)
+    spans = assistant_spans(called)
+    reply = called[spans[-1][0]: spans[-1][1]] if spans else ""
+    if "<tool_call>" not in reply:
+        raise ValueError(f"the chat template writes a tool call as {reply!r}, in no "
+                         "<tool_call> block")
+    if not reply.startswith(generation):
+        raise ValueError(f"the chat template renders a reply as {reply!r}, which does not "
+                         f"continue its generation prompt {generation!r}")
+    reply = reply[len(generation):]
+    at = reply.find(probe, reply.find("<tool_call>"))
+    if at < 0:
+        raise ValueError(f"the chat template writes a tool call as {reply!r}, without its name")
+    if name is None:
+        return reply[:at]
+    closed = at + len(probe)
+    while closed < len(reply) and reply[closed] in "\"'>":
+        closed += 1
+    return reply[:closed]
+
+
 def render(tokenizer: transformers.PreTrainedTokenizerFast, messages: Sequence[dict],
            tools: Sequence[dict] = (ACT_TOOL,), **template_kwargs) -> Rendered:
     """Renders messages with the tokenizer's chat template and marks the policy's tokens.

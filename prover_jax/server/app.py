@@ -1,13 +1,15 @@
 """The OpenAI-compatible HTTP application: request validation and response shapes.
 
-Routes: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+Routes: ``POST /v1/chat/completions``, ``GET /v1/models`` and ``GET /v1/models/{model}``.
 
 - **Validation.** A malformed request, one with a parameter outside `PARAMETERS` or a value out
   of OpenAI's range (temperature in [0, 2], top_p in (0, 1], penalties in [-2, 2], n from 1 to
   the backend's `max_choices`, top_logprobs in [0, 20] and only with logprobs) gets HTTP 400
   with an OpenAI error object whose message and ``param`` name the parameter as the client
   spelt it (``max_tokens`` or ``max_completion_tokens``). A model the backend does not serve is
-  a 404 (``code: "model_not_found"``) naming the ones it does.
+  a 404 (``code: "model_not_found"``) naming the ones it does. ``tool_choice`` is "auto",
+  "none", "required" or a named function, which must be one of ``tools`` (a 400 otherwise);
+  the backend honours it (`backend.ChatRequest`).
 - **Replies.** The backend answers with a
   :class:`~prover_jax.server.backend.ReplyStream`. With ``stream: true`` each piece goes on at
   once as server-sent events in the ``chat.completion.chunk`` format: every choice's first
@@ -81,11 +83,8 @@ def create_app(backend: Backend) -> Starlette:
             return error_response(400, f"invalid request: {e}", param=e.param)
         except (ValueError, RecursionError) as e:  # undecodable JSON or text
             return error_response(400, f"invalid request: {e}")
-        served = backend.models()
-        if chat.model not in served:
-            return error_response(404, f"the model {chat.model!r} is not served here; this "
-                                       f"server serves {', '.join(map(repr, served))}",
-                                  param="model", code="model_not_found")
+        if chat.model not in backend.models():
+            return unserved(chat.model, backend.models())
         try:
             stream = await run_in_threadpool(backend.stream, chat)
             reader = _Reader(stream, request)
@@ -104,14 +103,32 @@ def create_app(backend: Backend) -> Starlette:
 
     async def models(request: Request) -> Response:
         del request
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "prover_jax"}
-                for name in backend.models()]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [model_object(name)
+                                                         for name in backend.models()]})
+
+    async def model(request: Request) -> Response:
+        name = request.path_params["model"]
+        if name not in backend.models():
+            return unserved(name, backend.models())
+        return JSONResponse(model_object(name))
 
     return Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
     ])
+
+
+def unserved(name: str, served: list[str]) -> JSONResponse:
+    """The 404 for a model the backend does not serve, naming the ones it does."""
+    return error_response(404, f"the model {name!r} is not served here; this server serves "
+                               f"{', '.join(map(repr, served))}", param="model",
+                          code="model_not_found")
+
+
+def model_object(name: str) -> dict[str, Any]:
+    """OpenAI's model object for a model the backend serves."""
+    return {"id": name, "object": "model", "created": 0, "owned_by": "prover_jax"}
 
 
 class _End:
@@ -310,10 +327,14 @@ def parse_request(body: Any, max_choices: int = 16) -> ChatRequest:
     n = _integer(body, "n", 1)
     if n is not None and n > max_choices:
         raise RequestError(f"'n' must be at most {max_choices} here", "n")
+    tools = _tools(body.get("tools") or [])
+    tool_choice, function = _tool_choice(body.get("tool_choice"), tools)
     return ChatRequest(
         model=model,
         messages=_messages(body.get("messages")),
-        tools=_tools(body.get("tools") or []),
+        tools=tools,
+        tool_choice=tool_choice,
+        function=function,
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0, open_low=True),
         max_tokens=max_completion_tokens if max_completion_tokens is not None else max_tokens,
@@ -372,6 +393,27 @@ def _tools(tools: Any) -> tuple[Mapping[str, Any], ...]:
             raise RequestError(f"tools[{i}] must be {{'type': 'function', 'function': "
                                f"{{'name': ..., 'parameters': ...}}}}", "tools")
     return tuple(tools)
+
+
+def _tool_choice(value: Any, tools: tuple[Mapping[str, Any], ...]) -> tuple[str, str | None]:
+    """(tool_choice, the function it names) of a request's ``tool_choice``: "auto" (also when
+    absent), "none", "required", or ``{"type": "function", "function": {"name": NAME}}`` (read
+    as "required" with NAME, which must be one of `tools`)."""
+    names = [tool["function"]["name"] for tool in tools]
+    if value is None or value in ("auto", "none"):
+        return value or "auto", None
+    if value == "required" and tools:
+        return "required", None
+    function = value.get("function") if isinstance(value, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if value == "required" or (isinstance(name, str) and value.get("type") == "function"):
+        if name not in names:
+            wanted = "a tool call" if name is None else f"a call of {name!r}"
+            raise RequestError(f"tool_choice asks for {wanted}, but 'tools' offers "
+                               f"{', '.join(map(repr, names)) or 'none'}", "tool_choice")
+        return "required", name
+    raise RequestError("'tool_choice' must be 'auto', 'none', 'required' or {'type': "
+                       "'function', 'function': {'name': ...}}", "tool_choice")
 
 
 def _flag(body: Mapping[str, Any], key: str) -> bool:

@@ -73,6 +73,10 @@ class ChatRequest:
       model: the requested model name (one the backend serves).
       messages: the conversation, OpenAI chat format, as sent.
       tools: tool definitions (``{"type": "function", "function": {...}}``), as sent.
+      tool_choice: "auto" (the model decides), "none" (no call: the tools are not offered and
+        the reply is text) or "required" (the reply starts inside a call).
+      function: with "required", the function the call must name (OpenAI's named tool choice);
+        None lets the model name one.
       temperature, top_p: sampling parameters (None: the backend's default).
       max_tokens: completion-length cap (``max_completion_tokens`` or ``max_tokens``).
       seed: sampling seed, if the client gave one.
@@ -89,6 +93,8 @@ class ChatRequest:
     model: str
     messages: tuple[Mapping[str, Any], ...]
     tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: Literal["auto", "none", "required"] = "auto"
+    function: str | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None

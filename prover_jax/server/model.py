@@ -58,7 +58,7 @@ import tokenizers
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from models.qwen import kv_cache
-from models.qwen.chat import ParsedCall, check_template_arguments, parse_call
+from models.qwen.chat import ParsedCall, call_prefix, check_template_arguments, parse_call
 from models.qwen.sampler import Penalties, generate, sampling_params
 from prover_jax import runs
 from prover_jax.batch import bucket
@@ -172,6 +172,7 @@ class _Job:
     prompt: list[int]
     max_tokens: int
     stream: ReplyStream
+    forced: str = ""  # the start of a required call, at the prompt's end (`call_prefix`)
 
     @property
     def knobs(self) -> tuple[float, float]:
@@ -203,15 +204,15 @@ class _Choice:
         self.ids += ids
         stopped = bool(self.ids) and self.ids[-1] in backend.stop_set
         final = stopped or len(self.ids) >= self.job.max_tokens
-        text = backend.tokenizer.decode(self.ids[:-1] if stopped else self.ids,
-                                        skip_special_tokens=False)
+        text = self.job.forced + backend.tokenizer.decode(self.ids[:-1] if stopped else self.ids,
+                                                          skip_special_tokens=False)
         cuts = [text.find(s) for s in request.stop if s in text]
         if cuts:
             text, stopped, final = text[: min(cuts)], True, True
         if not final:  # a stop string or a UTF-8 character may still be completing
             text = text[: len(text) - max((_partial(text, s) for s in request.stop), default=0)]
             text = text.rstrip("\ufffd")
-        content, calls = split_reply(text, final)
+        content, calls = (text, []) if request.tool_choice == "none" else split_reply(text, final)
         new = content[len(self.sent):] if content.startswith(self.sent) or final else ""
         self.sent += new
         listed = len(self.ids) - (1 if stopped and self.ids[-1] in backend.stop_set else 0)
@@ -310,9 +311,9 @@ class ModelBackend(Backend):
 
     def job(self, request: ChatRequest) -> _Job:
         """The request's prompt and budget, checked against the context."""
-        prompt = self.prompt_ids(request)
+        prompt, forced = self.prompt_ids(request)
         job = _Job(request, prompt, request.max_tokens or self.default_max_tokens,
-                   ReplyStream(len(prompt)))
+                   ReplyStream(len(prompt)), forced)
         if job.max_tokens < 1:
             raise BackendError(400, "max_tokens must be >= 1", param="max_tokens")
         if len(job.prompt) + job.max_tokens > self.context:
@@ -321,21 +322,28 @@ class ModelBackend(Backend):
                                     f"{self.context} tokens", param="messages")
         return job
 
-    def prompt_ids(self, request: ChatRequest) -> list[int]:
-        """The rendered prompt's token ids, generation prompt included."""
+    def prompt_ids(self, request: ChatRequest) -> tuple[list[int], str]:
+        """The rendered prompt's token ids, generation prompt included, and what the reply is
+        made to start with: nothing, or for ``tool_choice="required"`` the template's opening
+        of a call (of ``request.function`` if named, `call_prefix`), whose tokens end the
+        prompt. With ``tool_choice="none"`` the tools are not rendered."""
         try:
             check_template_arguments(self.tokenizer, request.template_kwargs)
         except ValueError as e:
             raise BackendError(400, str(e), param="chat_template_kwargs") from e
         messages = [{**m, "content": _text(m.get("content"))} for m in request.messages]
+        tools = [] if request.tool_choice == "none" else list(request.tools)
+        arguments = {**self.template_kwargs, **request.template_kwargs}
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=list(request.tools) or None, add_generation_prompt=True,
-                tokenize=False, **{**self.template_kwargs, **request.template_kwargs})
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                **arguments)
+            forced = (call_prefix(self.tokenizer, messages, tools, request.function, **arguments)
+                      if request.tool_choice == "required" else "")
         except Exception as e:  # the template rejects the conversation (e.g. a missing field)
             raise BackendError(400, f"the chat template cannot render the messages: {e}",
                                param="messages") from e
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(text + forced, add_special_tokens=False)["input_ids"], forced
 
     def token_logprob(self, token: int, logprob: float, top_ids: Sequence[int],
                       top_logprobs: Sequence[float]) -> TokenLogprob:

@@ -327,6 +327,46 @@ def test_a_template_without_tool_calls_cannot_write_tool_call_replies(tmp_path):
         chat.AgentFormat(tokenizer, "sys", "tool_call")
 
 
+ORDER_TOOL = {"type": "function", "function": {"name": "get_order", "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "string"}}}}}
+
+
+@pytest.mark.parametrize(("which", "template"), [
+    ("qwen3_tokenizer", {}), ("qwen3_tokenizer", {"enable_thinking": False}),
+    ("qwen25_tokenizer", {}), ("qwen35_tokenizer", {}),
+    ("qwen35_tokenizer", {"enable_thinking": False})])
+def test_a_calls_prefix_starts_the_templates_own_reply_making_the_call(request, which, template):
+    """Through the function's name with a name, up to it without: the template's rendering of
+    the whole call continues it, and it parses back to the call."""
+    tokenizer = request.getfixturevalue(which)
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "where is W7?"}]
+    named = chat.call_prefix(tokenizer, messages, [ORDER_TOOL], "get_order", **template)
+    anyone = chat.call_prefix(tokenizer, messages, [ORDER_TOOL], **template)
+    assert named.startswith(anyone) and named[len(anyone):].startswith("get_order")
+    assert named.rstrip("\"'>").endswith("get_order") and "<tool_call>" in anyone
+    prompt = tokenizer.apply_chat_template(messages, tools=[ORDER_TOOL], tokenize=False,
+                                           add_generation_prompt=True, **template)
+    call = {"type": "function", "function": {"name": "get_order",
+                                             "arguments": {"order_id": "W7"}}}
+    whole = tokenizer.apply_chat_template(
+        [*messages, {"role": "assistant", "content": "", "tool_calls": [call]}], tools=[ORDER_TOOL],
+        tokenize=False, **template)
+    begin, end = chat.assistant_spans(whole)[-1]
+    reply = whole[begin:end]
+    generation = prompt[prompt.rindex(chat.ASSISTANT_START) + len(chat.ASSISTANT_START):]
+    assert reply.startswith(generation + named)
+    parsed = chat.parse_call(chat.tool_call_blocks(reply)[0])
+    assert (parsed.name, parsed.arguments) == ("get_order", {"order_id": "W7"})
+
+
+def test_a_template_without_tool_calls_has_no_call_prefix(tmp_path):
+    no_calls = chat.CHATML_TEMPLATE.replace("{%- for call in m.tool_calls or [] %}",
+                                            "{%- for call in [] %}")
+    tokenizer = train_tokenizer(tmp_path, no_calls)
+    with pytest.raises(ValueError, match="in no <tool_call> block"):
+        chat.call_prefix(tokenizer, [{"role": "user", "content": "hi"}], [ORDER_TOOL])
+
+
 @pytest.mark.parametrize("block", [
     '{"name": "act", "arguments": {"action": "go to x"}}',
     "\n<function=act>\n<parameter=action>\ngo to x\n</parameter>\n</function>\n",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def test_tools_reach_the_template(backend):
     tool = {"type": "function", "function": {"name": "get_segment", "parameters": {
         "type": "object", "properties": {"start": {"type": "integer"}}}}}
     request = ChatRequest("tiny", ({"role": "user", "content": "hi"},), tools=(tool,))
-    text = backend.tokenizer.decode(backend.prompt_ids(request))
+    text = backend.tokenizer.decode(backend.prompt_ids(request)[0])
     assert '"name": "get_segment"' in text and text.endswith("<|im_start|>assistant\n")
 
 
@@ -384,6 +385,69 @@ def test_streamed_tool_calls_equal_the_whole_reply_and_arrive_as_decoded(backend
     assert first_text < arrivals[-1] - 0.08  # the text came chunks before the end
 
 
+ORDER_TOOLS = [{"type": "function", "function": {"name": name, "parameters": {
+    "type": "object", "properties": {"order_id": {"type": "string"}}}}}
+    for name in ("get_order", "cancel_order")]
+
+
+@pytest.mark.parametrize(("tool_choice", "opening", "written"), [
+    ({"type": "function", "function": {"name": "get_order"}},
+     '<tool_call>\n{"name": "get_order"', ', "arguments": {"order_id": "W7"}}\n</tool_call>'),
+    ("required", '<tool_call>\n{"name": "',
+     'get_order", "arguments": {"order_id": "W7"}}\n</tool_call>')])
+def test_a_required_tool_call_starts_the_reply_inside_the_call(backend, client, monkeypatch,
+                                                               tool_choice, opening, written):
+    """The prompt ends with the template's opening of the call (of the named function, or up
+    to the name), and what the model writes after it completes the call."""
+    messages = [{"role": "user", "content": "where is W7?"}]
+    ids = backend.tokenizer(written, add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(model_module, "generate",
+                        ScriptedSampler([*ids, min(backend.stop_set)], backend.stop_set))
+    reply = client.chat.completions.create(model="tiny", messages=messages, tools=ORDER_TOOLS,
+                                           tool_choice=tool_choice, max_tokens=64).choices[0]
+    assert reply.finish_reason == "tool_calls" and not reply.message.content
+    assert [(c.function.name, c.function.arguments) for c in reply.message.tool_calls] == [
+        ("get_order", '{"order_id": "W7"}')]
+    prompt, forced = backend.prompt_ids(ChatRequest(
+        "tiny", tuple(messages), tools=tuple(ORDER_TOOLS), tool_choice="required",
+        function=None if tool_choice == "required" else "get_order"))
+    assert forced == opening and backend.tokenizer.decode(prompt).endswith(
+        "<|im_start|>assistant\n" + opening)
+
+
+def test_tool_choice_none_offers_no_tool_and_a_written_call_stays_text(backend, client,
+                                                                        monkeypatch):
+    written = '<tool_call>\n{"name": "get_order", "arguments": {}}\n</tool_call>'
+    ids = backend.tokenizer(written, add_special_tokens=False)["input_ids"]
+    monkeypatch.setattr(model_module, "generate",
+                        ScriptedSampler([*ids, min(backend.stop_set)], backend.stop_set))
+    reply = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], tools=ORDER_TOOLS,
+        tool_choice="none", max_tokens=64).choices[0]
+    assert (reply.message.content, reply.message.tool_calls) == (written, None)
+    assert reply.finish_reason == "stop"
+    prompt, forced = backend.prompt_ids(ChatRequest(
+        "tiny", ({"role": "user", "content": "hi"},), tools=tuple(ORDER_TOOLS),
+        tool_choice="none"))
+    assert forced == "" and "get_order" not in backend.tokenizer.decode(prompt)
+
+
+def test_a_tool_choice_the_tools_cannot_meet_is_a_400_and_a_model_is_found_by_its_id(client):
+    for tools, tool_choice, said in [
+            ([], "required", "offers none"),
+            (ORDER_TOOLS, {"type": "function", "function": {"name": "refund"}},
+             "a call of 'refund', but 'tools' offers 'get_order', 'cancel_order'"),
+            (ORDER_TOOLS, "sometimes", "'tool_choice' must be 'auto', 'none', 'required'")]:
+        with pytest.raises(openai.BadRequestError, match=re.escape(said)) as bad:
+            client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}],
+                tools=tools or openai.NOT_GIVEN, tool_choice=tool_choice)
+        assert bad.value.body["param"] == "tool_choice"
+    assert client.models.retrieve("tiny").id == "tiny"
+    with pytest.raises(openai.NotFoundError, match="serves 'tiny'"):
+        client.models.retrieve("qwen")
+
+
 def test_a_client_that_leaves_mid_stream_frees_its_row(backend, client, monkeypatch):
     sampler = ScriptedSampler(backend.tokenizer("look " * 200, add_special_tokens=False)[
         "input_ids"], backend.stop_set, delay_s=0.05)
@@ -429,7 +493,7 @@ def test_n_logprobs_and_penalties_against_a_reference_forward(backend, client):
     streamed, _ = collect(ask(client, "open drawer 2", stream=True, **options))
     assert [c.index for c in whole.choices] == [0, 1]
     assert whole.choices[0].message.content != whole.choices[1].message.content
-    prompt = backend.prompt_ids(ChatRequest("tiny", ({"role": "user",
+    prompt, _ = backend.prompt_ids(ChatRequest("tiny", ({"role": "user",
                                                       "content": "open drawer 2"},)))
     replies = [reply_ids(backend, c.logprobs.content) for c in whole.choices]
     assert [len(ids) for ids in replies] == [12, 12]  # no stop token: one forward for both
@@ -466,7 +530,7 @@ def test_chat_template_arguments_from_the_backend_and_the_request(backend, folde
     request = ChatRequest("tiny", ({"role": "user", "content": " now"},))
 
     def rendered(request):
-        return backend.tokenizer.decode(backend.prompt_ids(request))
+        return backend.tokenizer.decode(backend.prompt_ids(request)[0])
 
     assert rendered(request) == "<|im_start|>answer now"
     monkeypatch.setattr(backend, "template_kwargs", {"enable_thinking": True})

@@ -139,7 +139,7 @@ def test_sft_rl_evaluation_and_serving_use_the_stored_chat_setting(qwen3_folder,
     finally:
         backend.close()
     assert backend.template_kwargs == {"enable_thinking": False}
-    prompt = tokenizer.decode(backend.prompt_ids(ChatRequest("tiny-qwen3", tuple(question))))
+    prompt = tokenizer.decode(backend.prompt_ids(ChatRequest("tiny-qwen3", tuple(question)))[0])
     assert prompt.endswith(NO_THINKING_PROMPT)
     assert reply.usage.prompt_tokens == len(tokenizer(prompt)["input_ids"])
     assert streamed == (reply.choices[0].message.content or "")
