@@ -6,15 +6,18 @@ PY := $(VENV)/bin/python
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20
 
-.PHONY: demo test test-fast bench lint clean
+.PHONY: demo test test-fast bench lint clean constraints
 
-$(VENV)/.base: pyproject.toml setup.cfg
+# The exact versions of constraints.txt within pyproject.toml's ranges.
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+
+$(VENV)/.base: pyproject.toml setup.cfg constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	$(PIP) -e .
 	touch $@
 
 $(VENV)/.test: $(VENV)/.base
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(PIP) -e ".[test]"
 	touch $@
 
 demo: $(VENV)/.base
@@ -30,8 +33,16 @@ bench: $(VENV)/.test
 	$(PY) bench/credit_kernels.py
 
 lint: $(VENV)/.test
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(PIP) -e ".[dev]"
 	$(VENV)/bin/ruff check .
+
+# Resolves the test environment afresh within the ranges and writes its exact versions.
+constraints:
+	rm -rf $(VENV)-resolve && $(PYTHON) -m venv $(VENV)-resolve
+	$(VENV)-resolve/bin/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	{ sed -n '1,3p' constraints.txt; $(VENV)-resolve/bin/pip freeze --exclude-editable \
+	  | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf $(VENV)-resolve
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
