@@ -1,7 +1,8 @@
-"""GRPO vs ProVer vs VICT from one SFT start on household-small: ``python experiments/compare.py``.
+"""GRPO vs ProVer vs VICT from one SFT start: ``python experiments/compare.py``.
 
-Two pre-registered studies, picked with ``--study`` (`STUDIES`): the first (``first``, the
-default) and a powered one (``powered``), made over several sittings.
+Pre-registered studies, picked with ``--study`` (`STUDIES`): on household-small the first
+(``first``, the default) and a powered one (``powered``), made over several sittings; on
+household-pivot the pilot of the positive controls (``pivot-pilot``).
 
 The first study:
 
@@ -42,6 +43,18 @@ per-seed differences to GRPO with a bootstrap interval over seeds, the share of 
 both a success and a failure, VICT's abstentions by reason, ProVer's acceptance, mean Δ and
 extra environment steps, and each run's seconds per update; its tables (``--report`` prints
 them) are the primary one, the secondary figures' paired differences and the diagnostics.
+
+The pivot pilot (``pivot-pilot``; docs/results.md, "A testbed where a decision decides the
+outcome") runs GRPO and the two positive controls (ProVer with the oracle judge, the dense
+oracle credit) on household-pivot from its second SFT stage (``configs/household-pivot.yaml``,
+start ``experiments/results/runs/sft-pivot-2/``), seeds 0-2: 40 updates of 4 tasks x 8
+episodes, the choice probe before them and every 10. Its records go to
+``experiments/results/pivot-pilot/``; its summary (``experiments/results/pivot-pilot.json``,
+``docs/results-pivot-pilot.png``) holds each run's probe area (the mean of its probe scores),
+each arm's paired differences to GRPO with a bootstrap interval, the one-sided paired t-test
+(raw and Holm-adjusted over the arms), the sign test and whether the arm separates (above GRPO
+in every seed, t-test p < 0.05), and the diagnostics (each credit part's share of the advantage
+mass among them).
 
 ``--smoke`` runs 1-2 steps of everything in a temporary folder and writes no results (CI runs
 it so the script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs
