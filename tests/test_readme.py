@@ -37,3 +37,29 @@ def test_readme_example_runs_as_a_saved_script(code, tmp_path):
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
+
+
+def test_the_demos_figures_are_read_from_its_record():
+    """The demo's output and the figures around it, as its committed record gives them (CI
+    checks that `make demo` reproduces the record)."""
+    from prover_jax.plot import read_metrics
+    from prover_jax.train import closing_lines
+
+    record = ROOT / "experiments" / "results" / "runs" / "demo"
+    block = re.search(r"```\n(held-out greedy success:.*?)```", README, flags=re.DOTALL).group(1)
+    printed = iter(closing_lines(record))
+    assert all(line in printed for line in block.splitlines() if line.strip() != "...")
+    rows = read_metrics(record)
+    before, third, last = rows[0], rows[3], rows[-1]
+    assert third["step"] == 2  # update 3
+    prose = " ".join(README.split())
+    success = last["eval/greedy/success"]
+    assert (f"update 3: a judged segment verified and accepted with Δ "
+            f"{third['credit/prover/mean_delta']:g}, VICT corrections on "
+            f"{third['credit/vict/trigger_rate']:.0%} of the rollouts") in prose
+    assert third["credit/prover/accepted"] == third["credit/prover/valid_proposals"] == 1
+    error = (success * (1 - success) / last["eval/greedy/episodes"]) ** 0.5
+    assert f"a standard error of about {error:.2f}" in prose
+    assert (f"it measures {success:.3f} before and after" in prose
+            and before["eval/greedy/success"] == success)
+
