@@ -245,5 +245,10 @@ def test_readme_quotes_the_recorded_pivot_start():
          f"{precision['random']}"),
         f"has median {r['oracle']['median_delta']:+.3f}",
     ]
+    second = json.loads((ROOT / "experiments" / "results" / "pivot_start-sft-pivot-2.json")
+                        .read_text())["results"]
+    phrases.append(f"the second SFT stage passes the gate (sampled success "
+                   f"{second['gate']['success']:.3f} leaves {second['gate']['groups_1_3']:.0%} of "
+                   f"groups of 8 with 1-3 successes, probe {second['probe']['score']:.3f})")
     for phrase in phrases:
         assert phrase in readme, phrase
