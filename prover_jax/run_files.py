@@ -17,17 +17,11 @@ import envs
 from prover_jax.config import flatten, to_dict, without_secrets
 
 CONFIG_FILE, METRICS, CHECKPOINTS = "config.json", "metrics", "checkpoints"
-
-
 TASKS_FILE = "tasks.json"  # the environment's task source (`envs.Env.task_source`)
-
-
 CHANGES_FILE = "config_changes.json"  # the settings each resume changed, with its step
-
-
-# What a resumed run may change: the mesh too, so a run moves between machines.
 # Settings a resume may change: they change neither the updates nor the random draws (an
-# episode plays the same whichever worker runs it); a trailing "." covers a whole section.
+# episode plays the same whichever worker runs it; the mesh too, so a run moves between
+# machines); a trailing "." covers a whole section.
 RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                      "checkpoint_every", "eval_every", "eval_at_start", "evaluation.",
                      "workers")

@@ -1,7 +1,8 @@
 """The sampling and evaluation settings as frozen dataclasses, importable without JAX: the
 trainer's, SFT's and the evaluator's command lines read and check them before anything heavy
 loads (`prover_jax.model_policy` samples with a `SamplingConfig`, `prover_jax.evaluate` runs an
-`EvalConfig`).
+`EvalConfig`); and what an evaluation's command line and its loop both need: its split, its
+slots and pass^k.
 """
 
 from __future__ import annotations
