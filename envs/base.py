@@ -20,6 +20,7 @@ import dataclasses
 import difflib
 import hashlib
 import importlib
+import importlib.metadata
 import inspect
 import random
 from collections.abc import Callable, Hashable, Sequence
@@ -217,10 +218,21 @@ def register(name: str, factory: Callable[..., Env]) -> None:
     _REGISTRY[name] = factory
 
 
+PLUGINS = "prover_jax.envs"  # the entry-point group of other packages' environments
+
+
+def plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    """The environments other installed packages declare under the `PLUGINS` entry-point
+    group, by name; each entry point is the environment's factory (e.g. its `Env` class)."""
+    return {point.name: point for point in importlib.metadata.entry_points(group=PLUGINS)}
+
+
 def names(served: bool = True) -> list[str]:
-    """The registered environment names (built-in ones included), sorted; without the clients
-    of servers the user runs (`SERVED`) when ``served`` is False."""
-    return sorted(n for n in set(_BUILTIN) | set(_REGISTRY) if served or n not in SERVED)
+    """The environment names: built-in, registered and declared by other packages
+    (`plugins`), sorted; without the clients of servers the user runs (`SERVED`) when
+    ``served`` is False."""
+    known = set(_BUILTIN) | set(_REGISTRY) | set(plugins())
+    return sorted(n for n in known if served or n not in SERVED)
 
 
 def check_name(name: str) -> None:
@@ -236,8 +248,10 @@ def make(name: str, **config: Any) -> Env:
     """A new environment instance of kind ``name``, built with the options ``config`` (a
     ValueError names an unknown environment, or an option it does not take)."""
     check_name(name)
-    if name not in _REGISTRY:
+    if name in _BUILTIN and name not in _REGISTRY:
         importlib.import_module(_BUILTIN[name])  # registers it
+    if name not in _REGISTRY:
+        register(name, plugins()[name].load())
     factory = _REGISTRY[name]
     try:
         inspect.signature(factory).bind(**config)

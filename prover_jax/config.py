@@ -185,6 +185,29 @@ def add_arguments(parser, shorthands: Mapping[str, type], example: str) -> None:
     for name, kind in shorthands.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind,
                             help=f"shorthand for --set {name}=...")
+    add_dry_run(parser)
+
+
+def add_dry_run(parser) -> None:
+    """Adds ``--dry-run``: check every setting, say what would run, run nothing."""
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the settings, print what would run, and exit")
+
+
+def dry_run_lines(config: Any, reads: Sequence[str | Path | None] = ()) -> list[str]:
+    """What ``--dry-run`` prints for a checked `config` (a config dataclass, or None): each
+    setting that differs from its class's defaults (secrets redacted), then each path the run
+    would read, marked where it does not exist yet (an earlier step or a download makes it)."""
+    lines = ["dry run: the settings are valid; nothing ran"]
+    if config is not None:
+        defaults = flatten(to_dict(type(config)()))
+        changed = {key: value for key, value in flatten(without_secrets(to_dict(config))).items()
+                   if defaults.get(key) != value}
+        lines += [f"  {key} = {value!r}" for key, value in changed.items()]
+    for path in filter(None, reads):
+        there = Path(path).expanduser().exists()
+        lines.append(f"  reads {path}" + ("" if there else " (not there yet)"))
+    return lines
 
 
 def overrides(args, shorthands: Mapping[str, type]) -> list[str]:

@@ -36,6 +36,7 @@ from pathlib import Path
 import envs
 from envs.pool import EnvPool
 from prover_jax import compile_cache, runs
+from prover_jax.config import add_dry_run, dry_run_lines
 from prover_jax.platforms import skip_absent_tpu
 from prover_jax.settings import EvalConfig, chat_with, eval_slots, eval_split
 
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="a chat setting, e.g. chat.template.enable_thinking=false "
                         "(default: the model's stored one)")
     parser.add_argument("--out", help="write the results here as JSON")
+    add_dry_run(parser)
     args = parser.parse_args(argv)
     try:
         if (args.model is not None) == (args.expert or args.random):
@@ -80,6 +82,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         name, warning = chosen_env(args.model, args.env)
         if warning:
             print(warning, file=sys.stderr)
+        if args.dry_run:
+            envs.check_name(name)
+            chat_with(args.set, None)
+            unknown = args.env is None and args.model and not Path(args.model).exists()
+            where = "the environment the model was trained on" if unknown else name
+            print("\n".join([*dry_run_lines(None, [args.model]),
+                             (f"  evaluates on {where}: {args.tasks} tasks, greedy and "
+                              f"{args.samples} sampled episodes each")]))
+            return
         env = envs.make(name)
         print(f"tasks of {envs.source_line(env.task_source())}", file=sys.stderr)
         if args.expert and not env.has_expert:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prover_jax.config import build, to_dict
+from prover_jax.config import add_dry_run, build, dry_run_lines, to_dict
 from prover_jax.settings import ChatConfig
 
 if TYPE_CHECKING:
@@ -146,7 +146,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      "as a Hugging Face model folder")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("folder", type=Path)
+    add_dry_run(parser)
     args = parser.parse_args(argv)
+    if args.dry_run:
+        print("\n".join([*dry_run_lines(None, [args.run_dir]), f"  writes {args.folder}"]))
+        return
     print(export(args.run_dir, args.folder))
 
 

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from prover_jax import compile_cache
-from prover_jax.config import add_arguments, overrides
+from prover_jax.config import add_arguments, dry_run_lines, overrides
 from prover_jax.config import load as load_config
 from prover_jax.interrupt import exit_when_interrupted
 from prover_jax.platforms import skip_absent_tpu
@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if config.run_dir is not None:
             check_run_config(Path(config.run_dir), config)
         demonstrating_env(config)
+        if args.dry_run:
+            print("\n".join(dry_run_lines(config, [config.init])))
+            return
         # JAX, the model and the environments' workers load here, for a config that is valid
         from prover_jax import sft_trainer, trainer
 

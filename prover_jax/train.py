@@ -19,10 +19,7 @@ from pathlib import Path
 
 import envs
 from prover_jax import compile_cache
-from prover_jax.config import (
-    add_arguments,
-    overrides,
-)
+from prover_jax.config import add_arguments, dry_run_lines, overrides
 from prover_jax.config import load as load_config
 from prover_jax.interrupt import exit_when_interrupted
 from prover_jax.platforms import skip_absent_tpu
@@ -126,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = load_config(TrainConfig, args.config, changes)
         if config.run_dir is not None:
             check_run_config(Path(config.run_dir), config)
+        if args.dry_run:
+            print("\n".join(dry_run_lines(config, [config.init, args.judge_model,
+                                                    args.match_budget])))
+            return
         # JAX, the model and the environments load here, for a config that is valid
         from prover_jax import trainer
         from tpu import distributed

@@ -657,6 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="an override of --config, as prover_jax.train takes it")
     parser.add_argument("--mesh", default="fsdp=-1", help="axis sizes, e.g. fsdp=-1,model=2")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the setup and print it; compile nothing")
     plan.add_workload_flags(parser)
     args = parser.parse_args(argv)
     if args.config is None and args.model is None:
@@ -670,6 +672,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           plan.workload_from_flags(args))
     except (ValueError, OSError) as error:
         parser.error(str(error))
+    if args.dry_run:
+        print(f"dry run: would compile {setup.describe()}")
+        return 0
     report = check(setup)
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(report), indent=2) + "\n")

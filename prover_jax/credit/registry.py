@@ -53,7 +53,7 @@ class CreditMethod:
       compute: (batch, inputs, config) -> (per_turn [B, T], outcome [B]).
       inputs: extra arrays the host side provides, name -> (shape spec, dtype kind).
       config_type: frozen dataclass of the method's knobs; `config_type()` is the default.
-      description: one line for `--help` and the README.
+      description: one line for `--help` and the docs.
       check_values: optional host-side check (batch, inputs, config) of input values (raises
         ValueError).
       host: the host side that produces `inputs` from a training step's rollouts

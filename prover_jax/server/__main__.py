@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import uvicorn
 
 from prover_jax import compile_cache
+from prover_jax.config import add_dry_run, dry_run_lines
 from prover_jax.platforms import skip_absent_tpu
 from prover_jax.server.app import create_app
 from prover_jax.server.model import ModelBackend
@@ -39,11 +40,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="chat.KEY=VALUE",
                         help="a chat setting, e.g. chat.template.enable_thinking=false "
                         "(default: the model's stored one); repeatable")
+    add_dry_run(parser)
     args = parser.parse_args(argv)
     try:
         chat = chat_with(args.set, None)  # ModelBackend puts its template over the stored one
     except ValueError as e:
         parser.error(str(e))
+    if args.dry_run:
+        print("\n".join([*dry_run_lines(None, [args.model]),
+                         f"  serves on http://{args.host}:{args.port}/v1"]))
+        return
     compile_cache.enable()
     try:
         backend = ModelBackend(args.model, args.name, args.max_batch, args.queue_capacity,

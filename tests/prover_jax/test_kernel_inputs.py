@@ -1,9 +1,10 @@
 """What the kernels do with inputs a caller may well pass: x64, non-finite values, lists, ids.
 
-Contract (README, "Using the kernels"): a non-finite value in any kernel input stays in its own
-group (row-local methods: its own row); every other group's advantages are those of the clean
-batch, and batch-wide constants (VICT's lambda and c) come from finite values only. The
-registry's `credit.compute`, which sees host values, rejects non-finite inputs instead.
+Contract (docs/kernels.md, "What the kernels accept"): a non-finite value in any kernel input
+stays in its own group (row-local methods: its own row); every other group's advantages are
+those of the clean batch, and batch-wide constants (VICT's lambda and c) come from finite
+values only. The registry's `credit.compute`, which sees host values, rejects non-finite
+inputs instead.
 """
 
 from __future__ import annotations

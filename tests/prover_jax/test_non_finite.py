@@ -1,5 +1,5 @@
 """Property: a non-finite value in any input of any group stays in that group, for every
-registered credit method (README, "What the kernels accept").
+registered credit method (docs/kernels.md, "What the kernels accept").
 
 For random batches and a NaN or inf dropped into one entry of one group's inputs, the method's
 per-turn, token and outcome advantages of every other group are, bit for bit, those of the

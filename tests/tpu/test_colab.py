@@ -27,6 +27,20 @@ def test_notebook_installs_from_the_repository():
     assert not any(host in text for host in ("pypi", "pythonhosted", "storage.googleapis"))
 
 
+def test_notebook_quotes_the_sft_agents_recorded_success():
+    """The start's greedy success, as the demo's record measured it on the same 30 held-out
+    tasks before its first update, in the notebook and in the TPU guide."""
+    from prover_jax.plot import read_metrics
+
+    before = read_metrics(ROOT / "experiments" / "results" / "runs" / "demo")[0]
+    assert before["step"] == -1 and before["eval/greedy/episodes"] == 30
+    quoted = f"{before['eval/greedy/success']:.3f}"
+    intro = "".join(json.loads(NOTEBOOK.read_text())["cells"][0]["source"])
+    assert f"greedy success of {quoted} on 30 held-out tasks" in " ".join(intro.split())
+    guide = " ".join((ROOT / "docs" / "tpu.md").read_text().split())
+    assert f"`experiments/results/runs/sft/model`, {quoted} greedy held-out success" in guide
+
+
 @pytest.mark.slow
 def test_notebook_trains_prover_and_vict_from_the_sft_agent(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
