@@ -176,3 +176,18 @@ def test_the_demos_figures_are_read_from_its_record():
     assert f"a standard error of about {error:.2f}" in prose
     assert (f"it measures {success:.3f} before and after" in prose
             and before["eval/greedy/success"] == success)
+
+
+def test_the_guides_figures_from_the_demo_are_its_records():
+    """The sampler-learner mismatch the guide quotes, and the KL its training plot's caption
+    calls rounding, as the demo's committed record logs them (the largest of its updates)."""
+    from prover_jax.plot import read_metrics
+
+    rows = [r for r in read_metrics(ROOT / "experiments" / "results" / "runs" / "demo")
+            if "learner/behaviour_kl" in r]
+    gap = max(r["learner/behaviour_gap"] for r in rows)
+    kl = max(r["learner/behaviour_kl"] for r in rows)
+    real_qwen = " ".join((ROOT / "docs" / "real-qwen.md").read_text().split())
+    assert f"gaps of about {gap:.0e} and KLs of about {kl:.0e}" in real_qwen
+    training = " ".join((ROOT / "docs" / "training.md").read_text().split())
+    assert f"the KL to the sampler is rounding, about {kl:.0e}" in training
