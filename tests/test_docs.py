@@ -191,3 +191,35 @@ def test_the_guides_figures_from_the_demo_are_its_records():
     assert f"gaps of about {gap:.0e} and KLs of about {kl:.0e}" in real_qwen
     training = " ".join((ROOT / "docs" / "training.md").read_text().split())
     assert f"the KL to the sampler is rounding, about {kl:.0e}" in training
+
+
+def planned_total(command: str) -> str:
+    """The remat total per device, as `tpu.plan` prints it, of a ``python -m tpu.plan ...``
+    command."""
+    import contextlib
+    import io
+
+    from tpu import plan
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        plan.main(shlex.split(command)[3:])
+    return re.search(r"^\| total \| ([\d.]+) \|", printed.getvalue(), flags=re.MULTILINE)[1]
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs" / "recipes").glob("*.yaml")),
+                         ids=lambda path: path.stem)
+def test_recipe_memory_figures_are_the_planners(recipe):
+    """Each recipe's header states the `tpu.plan` command it was sized with and the GiB per
+    chip that command prints; the guide's table of recipes quotes the same figure."""
+    header = "".join(line.lstrip("# ") + "\n" for line in recipe.read_text().splitlines()
+                     if line.startswith("#"))
+    commands = re.findall(r"^(python -m tpu\.plan .*?)$", header.replace("\\\n", " "),
+                          flags=re.MULTILINE)
+    assert commands, f"{recipe.name} names no tpu.plan command"
+    row = next(line for line in (ROOT / "docs" / "real-qwen.md").read_text().splitlines()
+               if line.startswith(f"| `{recipe.stem}` |"))
+    for command in commands:
+        total = planned_total(command)
+        assert f"{total} GiB" in " ".join(header.split()), (recipe.name, command, total)
+        assert total in row, (recipe.name, total, row)

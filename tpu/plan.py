@@ -7,6 +7,9 @@ What each line counts, per device:
 - gradients: a float32 accumulator like the params, and with micro-batches one more for the
   micro-batch being added (exact).
 - compute copy: the params cast to the compute dtype (none in float32).
+- reference: with ``reference`` (a KL penalty, `LossConfig.kl_coef` > 0), the starting
+  model's weights the trainer keeps for it, in the compute dtype, sharded like the params;
+  they stay on the devices while the sampler runs.
 - gathered weights: what the batch axes' shards of the compute copy are gathered into for the
   matmuls: one layer's weights at a time and the embedding and the LM head whole, in the
   compute dtype; and the LM head's float32 gradient, whole until the logits chunks have all
@@ -118,6 +121,7 @@ class Workload:
     logits_chunk: int = 128
     recompute_logits: bool = True
     head_per_device: bool = False  # `LearnerConfig.head_per_device`
+    reference: bool = False  # a KL reference model beside the learner (kl_coef > 0)
 
     def __post_init__(self):
         if min(self.rows, self.micro_batches, self.prompt + self.response, self.sampler_rows,
@@ -350,10 +354,10 @@ def gathered_bytes(cfg: QwenConfig, sizes: Mapping[str, int], work: Workload) ->
     return cb * (layers / cfg.num_layers + embedding + untied) + 4.0 * gradient_copies * head
 
 
-LEARNER_LINES = ("params", "optimizer", "gradients", "compute copy", "gathered weights",
-                 "activations")
+LEARNER_LINES = ("params", "optimizer", "gradients", "compute copy", "reference",
+                 "gathered weights", "activations")
 SAMPLER_LINES = ("kv cache", "sampler copy", "sampler activations")
-STATE_LINES = ("params", "optimizer")  # what stays on the devices while the sampler runs
+STATE_LINES = ("params", "optimizer", "reference")  # on the devices while the sampler runs
 
 
 def check_split(work: Workload, sizes: Mapping[str, int]) -> None:
@@ -393,6 +397,7 @@ def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = 
         "optimizer": 2 * params * 4.0,
         "gradients": params * 4.0 * (2 if work.micro_batches > 1 else 1),
         "compute copy": 0.0 if cb == 4 else float(params * cb),
+        "reference": float(params * cb) if work.reference else 0.0,
         "gathered weights": gathered_bytes(cfg, sizes, work),
         "activations": activation_bytes(cfg, work, sizes),
         "kv cache": cache_bytes(cfg, work, sizes, hosts),
@@ -436,7 +441,7 @@ def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload,
              f"tokens in {work.micro_batches} micro-batches, {work.compute_dtype} compute; "
              f"sampler {work.sampler_rows} rows, {work.sampler_dtype}")
     lines = [setup, "", "| per device (GiB) | remat | no remat |", "|---|---:|---:|"]
-    for name in rows[True]:
+    for name in (n for n in rows[True] if rows[True][n] or rows[False][n]):
         lines.append(f"| {name} | {rows[True][name] / GiB:.2f} | {rows[False][name] / GiB:.2f} |")
     for chip in chips:
         verdict = {r: "fits" if fits(rows[r]["total"], chip) else "does not fit" for r in rows}

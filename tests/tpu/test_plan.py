@@ -39,6 +39,26 @@ def test_state_lines_are_the_learner_state_shards(name, mesh):
     assert lines["gradients"] == 2 * lines["params"]  # the sum and one micro-batch's
 
 
+def test_reference_line_is_the_trainers_kl_reference():
+    """With a KL penalty the trainer keeps the starting weights in the compute dtype, placed as
+    the learner's params; the plan counts them beside the learner and beside the sampler."""
+    from prover_jax.trainer import reference_policy
+
+    cfg, mesh = CONFIGS["qwen3"], MeshConfig(fsdp=4, model=2)
+    learner = Learner(cfg, LearnerConfig(compute_dtype="bfloat16"), build_mesh(mesh))
+    reference = reference_policy(learner, qwen.init(cfg, jax.random.key(0)))
+    work = plan.Workload(rows=16, micro_batches=2)
+    without, with_reference = (plan.plan(cfg, mesh, 8, work),
+                               plan.plan(cfg, mesh, 8, plan.Workload(rows=16, micro_batches=2,
+                                                                     reference=True)))
+    assert without["reference"] == 0
+    assert with_reference["reference"] == shard_bytes(reference) == with_reference["compute copy"]
+    learner_total = sum(with_reference[n] for n in plan.LEARNER_LINES)
+    rollout_total = sum(with_reference[n] for n in plan.STATE_LINES + plan.SAMPLER_LINES)
+    assert with_reference["total"] == max(learner_total, rollout_total)
+    assert with_reference["total"] == without["total"] + with_reference["reference"]
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_cache_line_is_the_sampler_cache(name):
     cfg = CONFIGS[name]
