@@ -16,6 +16,7 @@ from prover_jax.credit.hosts import HostOptions
 from prover_jax.learner.config import LearnerConfig, OptimizerConfig
 from prover_jax.settings import ChatConfig, EvalConfig, SamplingConfig
 from tpu.mesh_config import MeshConfig
+from tpu.presets import check_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,9 @@ class TrainConfig:
     checkpoint_every: int = 10  # steps between checkpoints (the last step is always saved)
     init: str | None = None  # start from a run directory (e.g. an SFT run) or a model folder
     tiny: TinyModel = dataclasses.field(default_factory=TinyModel)  # the model without init
+    # The model the config is written for, a `tpu.presets` name (a recipe's): tpu.compile and
+    # tpu.launch plan it before any weights are on disk, and `init` must be one.
+    architecture: str | None = None
     eval_every: int = 0  # steps between held-out evaluations into metrics.jsonl (0: none)
     eval_at_start: bool = False  # one before the first step too (metrics.jsonl's step -1)
     evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
@@ -74,6 +78,8 @@ class TrainConfig:
 
     def __post_init__(self):
         envs.check_name(self.env)
+        if self.architecture is not None:
+            check_preset(self.architecture)
         method = registry.get(self.credit)
         if not registry.trainable(method):
             raise ValueError(f"credit {self.credit!r} has no host side to produce its inputs "

@@ -141,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             config = load_config(TrainConfig, args.config, [
                 *changes, f"credit_config.schedule={json.dumps(schedule)}"])
         cfg, params, tokenizer = trainer.initial_model(config)
+        if config.architecture is not None:
+            from tpu.plan import check_architecture
+
+            check_architecture(cfg, config.architecture)
         trainer.with_chat(config, tokenizer, "", log=lambda line: None)  # checked; train logs
     except (ValueError, OSError) as e:
         parser.error(str(e))

@@ -33,15 +33,18 @@ step's time and the sampler turn's, and so an upper bound on MFU. The compiler's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import math
 import re
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from tpu import plan, roofline, topology
 from tpu.mesh import LEARNER_RULES, SAMPLER_RULES
@@ -103,7 +106,8 @@ class Setup:
                 f"{'s' if self.slice.hosts > 1 else ''}), mesh {self.mesh.describe()}; "
                 f"learner {w.rows} rows x {w.length} tokens in {w.micro_batches} micro-batches, "
                 f"{w.compute_dtype}{', remat' if w.remat else ''}"
-                f"{', head per device' if w.head_per_device else ''}; "
+                f"{', head per device' if w.head_per_device else ''}"
+                f"{', a KL reference beside it' if w.reference else ''}; "
                 f"sampler {w.sampler_rows} rows "
                 f"({w.sampler_rows // w.group_size} prompts of {w.prompt} tokens, turns of "
                 f"{w.turn_tokens} + {w.response} tokens), {w.sampler_dtype}")
@@ -182,12 +186,38 @@ def held_to(hbm_limit: int | None) -> dict[str, str]:
     return {} if hbm_limit is None else {"xla_tpu_max_hbm_size_mib": str(hbm_limit // 2**20)}
 
 
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def progress(name: str, every_s: float = 30.0, echo=to_stderr):
+    """Says (on stderr) that `name` is compiling, every `every_s` seconds how long it has run,
+    and how long it took."""
+    start, done = time.perf_counter(), threading.Event()
+
+    def tick():
+        while not done.wait(every_s):
+            echo(f"  still compiling {name}: {time.perf_counter() - start:.0f} s")
+
+    echo(f"compiling {name} ...")
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        echo(f"  {name}: {time.perf_counter() - start:.0f} s")
+
+
 def _program(name: str, lowered, hbm_limit: int | None = None) -> Program:
     import jax
 
     start = time.perf_counter()
     try:
-        compiled = lowered.compile(compiler_options=held_to(hbm_limit))
+        with progress(name):
+            compiled = lowered.compile(compiler_options=held_to(hbm_limit))
     except jax.errors.JaxRuntimeError as error:
         needed = needed_bytes(str(error))
         if needed is None:
@@ -339,8 +369,14 @@ class Report:
         return next(p for p in self.programs if p.name == name)
 
     @property
+    def reference(self) -> int:
+        """Bytes per device of the KL reference's weights (`plan.Workload.reference`), resident
+        beside every program: the plan's line, exact from the shard shapes."""
+        return int(self.planned["reference"])
+
+    @property
     def learner_peak(self) -> int:
-        return self.program("learner step").peak
+        return self.program("learner step").peak + self.reference
 
     @property
     def sampler_peak(self) -> int:
@@ -350,7 +386,8 @@ class Report:
     @property
     def rollout_peak(self) -> int:
         reshard = self.program("learner -> sampler")
-        return self.state + max(self.sampler_peak, reshard.output + reshard.temp)
+        return (self.state + self.reference
+                + max(self.sampler_peak, reshard.output + reshard.temp))
 
     @property
     def peak(self) -> int:
@@ -399,7 +436,7 @@ def held_to_chip(report: Report, devices: Sequence | None = None) -> Report:
 
     setup = report.setup
     devices = topology.devices(setup.slice) if devices is None else list(devices)
-    usable = report.usable
+    usable = report.usable - report.reference
     beside = usable - report.state
     if beside <= 0:
         return report
@@ -586,21 +623,27 @@ def check(setup: Setup, echo=print) -> Report:
     if report.fits:
         return report
     suggestion = nearest_fit(setup)
-    if suggestion is None:
-        echo("\nno nearby setup fits: use a larger slice or a smaller model")
-        return report
-    echo(f"\nsuggested instead: mesh {suggestion.mesh.describe()}, "
-         f"{suggestion.work.micro_batches} micro-batches, remat {suggestion.work.remat}, "
-         f"{suggestion.work.sampler_rows} sampler rows; compiled:\n")
-    echo(render(compile_setup(suggestion)))
+    echo("\n" + suggested(suggestion) + ("; compiled:\n" if suggestion else ""))
+    if suggestion is not None:
+        echo(render(compile_setup(suggestion)))
     return report
+
+
+def suggested(suggestion: Setup | None) -> str:
+    """`nearest_fit`'s answer in words."""
+    if suggestion is None:
+        return "no nearby setup fits: use a larger slice or a smaller model"
+    return (f"suggested instead: mesh {suggestion.mesh.describe()}, "
+            f"{suggestion.work.micro_batches} micro-batches, remat {suggestion.work.remat}, "
+            f"{suggestion.work.sampler_rows} sampler rows")
 
 
 def setup_from_config(path: str, model: str | None, accelerator: str,
                       overrides: Sequence[str] = ()) -> Setup:
     """The Setup of a training config (YAML) on a slice: its mesh, learner settings, groups x
     group size rows and sampling lengths. The model: `model` (a preset or folder), else the
-    config's ``init`` folder or run directory, else its tiny model.
+    config's ``init`` folder or run directory where it is on disk, else its ``architecture``
+    (a recipe's preset), else its tiny model (a config that names no model of its own).
 
     The learner's length is ``sampling.max_context``; when the config leaves it to the model,
     the papers' 2,560 tokens (`plan.Workload`).
@@ -611,11 +654,18 @@ def setup_from_config(path: str, model: str | None, accelerator: str,
     from prover_jax.run_settings import TrainConfig
 
     config = load(TrainConfig, path, list(overrides))
+    on_disk = config.init is not None and Path(config.init).expanduser().exists()
     if model is not None:
         name, cfg = model, plan.model_config(model)
+    elif on_disk:
+        init = Path(config.init).expanduser()
+        name, cfg = config.init, plan.model_config(str(init / runs.MODEL if runs.is_run(init)
+                                                       else init))
+    elif config.architecture is not None:
+        name, cfg = config.architecture, plan.model_config(config.architecture)
     elif config.init is not None:
-        folder = Path(config.init) / runs.MODEL if runs.is_run(config.init) else config.init
-        name, cfg = config.init, plan.model_config(str(folder))
+        raise ValueError(f"{path}: its init {config.init} is not on this machine, and it names "
+                         "no architecture: pass --model PRESET_OR_FOLDER")
     else:
         shape = config.tiny
         name = "the config's tiny model"
@@ -634,14 +684,42 @@ def setup_from_config(path: str, model: str | None, accelerator: str,
                          sampler_dtype=sampling.dtype,
                          remat=learner.remat, logits_chunk=learner.logits_chunk,
                          recompute_logits=learner.recompute_logits,
-                         head_per_device=learner.head_per_device)
+                         head_per_device=learner.head_per_device,
+                         reference=learner.loss.kl_coef > 0)
     return Setup(name, cfg, topology.parse_slice(accelerator), config.mesh, work)
 
 
+class Verdict(NamedTuple):
+    """`preflight`'s answer: whether the setup fits, and if not, what would (`suggested`)."""
+
+    fits: bool
+    instead: str = ""
+
+
 def preflight(config: str, accelerator: str, model: str | None = None,
-              overrides: Sequence[str] = (), echo=print) -> bool:
-    """`check` of a training config on a slice, before renting it (`tpu.launch up`)."""
-    return check(setup_from_config(config, model, accelerator, overrides), echo).fits
+              overrides: Sequence[str] = (), echo=print) -> Verdict:
+    """Whether a training config fits a slice, before renting it (`tpu.launch up`): decided by
+    the plan where its calibration decides it (`plan.decided`: seconds), else by `check`'s
+    compile (minutes)."""
+    setup = setup_from_config(config, model, accelerator, overrides)
+    total = plan.plan(setup.cfg, setup.mesh, setup.slice.chips, setup.work,
+                      hosts=setup.slice.hosts)["total"]
+    decided = plan.decided(total, setup.slice.family)
+    usable = plan.HEADROOM * plan.CHIPS[setup.slice.family]
+    echo(f"{setup.describe()}\nplan: {total / GiB:.2f} GiB per chip of {usable / GiB:.2f} "
+         "usable: " + {True: "fits, with the compiler anywhere in the plan's calibration band "
+                             "(not compiled)",
+                       False: "cannot fit, with the compiler anywhere in the plan's "
+                              "calibration band (not compiled)",
+                       None: "compiling to decide"}[decided])
+    if decided is None:
+        report = check(setup, echo)
+        return Verdict(True) if report.fits else Verdict(False, suggested(nearest_fit(setup)))
+    if decided:
+        return Verdict(True)
+    instead = suggested(nearest_fit(setup))
+    echo(instead)
+    return Verdict(False, instead)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -57,6 +57,7 @@ from models.qwen.params import ArrayInfo
 from tpu import roofline
 from tpu.mesh import LEARNER_RULES, SAMPLER_RULES
 from tpu.mesh_config import AXES, BATCH_AXES, MeshConfig, parse
+from tpu.presets import PRESETS
 
 GiB = 2**30
 
@@ -68,39 +69,6 @@ HEADROOM = 0.9  # share of a chip's memory a plan may fill (XLA and the runtime 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def _qwen2(vocab, hidden, inter, layers, heads, kv, tied):
-    return {"model_type": "qwen2", "vocab_size": vocab, "hidden_size": hidden,
-            "intermediate_size": inter, "num_hidden_layers": layers,
-            "num_attention_heads": heads, "num_key_value_heads": kv,
-            "tie_word_embeddings": tied}
-
-
-def _qwen3(vocab, hidden, inter, layers, heads, kv, tied):
-    return {**_qwen2(vocab, hidden, inter, layers, heads, kv, tied), "model_type": "qwen3",
-            "head_dim": 128}
-
-
-def _qwen3_5(hidden, inter, layers, heads, kv, linear_k, linear_v, tied):
-    return {"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": hidden,
-            "intermediate_size": inter, "num_hidden_layers": layers,
-            "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 256,
-            "tie_word_embeddings": tied, "partial_rotary_factor": 0.25,
-            "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
-                            for i in range(layers)],
-            "linear_num_key_heads": linear_k, "linear_num_value_heads": linear_v,
-            "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-            "linear_conv_kernel_dim": 4}
-
-
-# The papers' models (Hugging Face config.json fields; no weights needed to plan).
-PRESETS: Mapping[str, dict] = {
-    "qwen2.5-1.5b": _qwen2(151936, 1536, 8960, 28, 12, 2, True),
-    "qwen2.5-7b": _qwen2(152064, 3584, 18944, 28, 28, 4, False),
-    "qwen3-0.6b": _qwen3(151936, 1024, 3072, 28, 16, 8, True),
-    "qwen3-8b": _qwen3(151936, 4096, 12288, 36, 32, 8, False),
-    "qwen3.5-2b": _qwen3_5(2048, 6144, 24, 8, 2, 16, 16, True),
-    "qwen3.5-4b": _qwen3_5(2560, 9216, 32, 16, 4, 16, 32, True),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +103,24 @@ class Workload:
     @property
     def length(self) -> int:
         return self.prompt + self.response
+
+
+WORKLOAD_HELP = {
+    "rows": "learner batch rows (groups x group size)",
+    "micro_batches": "micro-batches the learner's rows are accumulated over",
+    "prompt": "prompt tokens of a row (the context before its reply)",
+    "response": "tokens of a reply (the learner's length is prompt + response)",
+    "sampler_rows": "rows the sampler decodes at once, over all hosts",
+    "group_size": "rows that share a prompt, prefilled once",
+    "turn_tokens": "new tokens a turn prefills before generating (an observation)",
+    "compute_dtype": "the learner's compute dtype (master weights stay float32)",
+    "sampler_dtype": "the sampler's weights and cache dtype",
+    "remat": "recompute each layer's internals in the backward pass",
+    "logits_chunk": "positions per chunk of the LM head and its log-softmax",
+    "recompute_logits": "recompute each logits chunk in the backward pass",
+    "head_per_device": "run the LM head on each device's rows (LearnerConfig.head_per_device)",
+    "reference": "a KL reference model beside the learner (learner.loss.kl_coef > 0)",
+}
 
 
 def _shard_elements(info: ArrayInfo, rules, sizes: Mapping[str, int]) -> int:
@@ -416,6 +402,26 @@ def fits(total: float, chip: str) -> bool:
     return total <= HEADROOM * CHIPS[chip]
 
 
+# The band of plan / compiler that the calibration records hold (bench/results/plan.json and
+# topologies.json, every step of every preset compiled): the plan is at least 0.92 of the
+# compiler's memory analysis, and at most 1.28 of its peak of live bytes (1.49 for a learner
+# step alone). The bounds below leave a margin around them.
+PLAN_OVER_ANALYSIS_MIN = 0.9
+PLAN_OVER_LIVE_MAX = 1.5
+
+
+def decided(total: float, chip: str) -> bool | None:
+    """Whether a step the plan puts at `total` bytes per device fits `chip`, where the
+    calibration decides it without a compile: True when the compiler's memory analysis, at
+    most ``total / PLAN_OVER_ANALYSIS_MIN``, fits; False when its live bytes, at least
+    ``total / PLAN_OVER_LIVE_MAX``, do not; None in between."""
+    if fits(total / PLAN_OVER_ANALYSIS_MIN, chip):
+        return True
+    if not fits(total / PLAN_OVER_LIVE_MAX, chip):
+        return False
+    return None
+
+
 def model_config(name: str) -> QwenConfig:
     """A preset's config, or a local model folder's (its config.json only).
 
@@ -428,6 +434,23 @@ def model_config(name: str) -> QwenConfig:
         return qwen.read_config(name)
     raise ValueError(f"--model {name!r} is neither a preset ({', '.join(PRESETS)}) nor a "
                      f"folder with a config.json")
+
+
+ARCHITECTURE_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
+                      "num_layers", "num_heads", "num_kv_heads", "head_dim")
+
+
+def check_architecture(cfg: QwenConfig, name: str) -> None:
+    """Raises ValueError when a loaded model's `cfg` is not the preset `name`'s architecture
+    (a recipe written for one model, started from another)."""
+    expected = qwen.from_hf_config(PRESETS[name])
+    differing = [f"{field} {getattr(cfg, field)} (not {getattr(expected, field)})"
+                 for field in ARCHITECTURE_FIELDS
+                 if getattr(cfg, field) != getattr(expected, field)]
+    if differing:
+        raise ValueError(f"the config is written for {name}, and the model it starts from has "
+                         f"{', '.join(differing)}: start from a {name} checkpoint, or set "
+                         "architecture to the model's preset (or null)")
 
 
 def table(cfg: QwenConfig, mesh: MeshConfig, devices: int, work: Workload,
@@ -458,10 +481,12 @@ def add_workload_flags(parser: argparse.ArgumentParser, remat: bool = True) -> N
         if field.name == "remat" and not remat:
             continue
         flag, default = "--" + field.name.replace("_", "-"), getattr(defaults, field.name)
+        described = f"{WORKLOAD_HELP[field.name]} (default: {default})"
         if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
+                                help=WORKLOAD_HELP[field.name])
         else:
-            parser.add_argument(flag, type=type(default), default=default)
+            parser.add_argument(flag, type=type(default), default=default, help=described)
 
 
 def workload_from_flags(args: argparse.Namespace) -> Workload:
@@ -488,11 +513,15 @@ def main(argv: list[str] | None = None) -> int:
         work = workload_from_flags(args)
         print(f"{args.model}: {param_elements(cfg, LEARNER_RULES, dict.fromkeys(AXES, 1)):,} "
               "parameters")
-        print(table(cfg, mesh, args.devices, work,
-                    (args.chip,) if args.chip else tuple(CHIPS), args.hosts))
+        chips = (args.chip,) if args.chip else tuple(CHIPS)
+        print(table(cfg, mesh, args.devices, work, chips, args.hosts))
+        remat = plan(cfg, mesh, args.devices, dataclasses.replace(work, remat=True), args.hosts)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if not any(fits(remat["total"], chip) for chip in chips):
+        print(f"fits no chip of {', '.join(chips)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -276,6 +276,10 @@ def test_a_run_from_before_the_chat_setting_resumes(tmp_path):
     (["--env", "alfworld", "--set", "env_options.data=/nonexistent"],
      "alfworld: no 'train' split under /nonexistent"),
     (["--set", "env_options.data=/nonexistent"], "unexpected keyword argument 'data'"),
+    (["--set", "architecture=qwen4-1b"], "unknown architecture 'qwen4-1b'"),
+    (["--set", "architecture=qwen3-0.6b", "--env", "household-small", "--init",
+      "experiments/results/runs/sft"],
+     "written for qwen3-0.6b, and the model it starts from has vocab_size 812 (not 151936)"),
 ])
 def test_bad_command_lines_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -317,3 +317,71 @@ def test_out_of_memory_messages_say_what_was_needed():
         "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
         "temporaries (28.68G) exceeds available HBM (15.75G).") == int(28.68 * 2**30)
     assert tpu_compile.needed_bytes("INVALID_ARGUMENT: something else") is None
+
+
+def test_a_recipe_is_planned_as_the_architecture_it_names(tmp_path):
+    """A recipe names its model's preset: planned and compiled before any weights are on disk,
+    never as the tiny default model; a KL penalty plans its reference beside the learner."""
+    recipe = "configs/recipes/vict-qwen3-8b-tau-retail.yaml"
+    setup = tpu_compile.setup_from_config(recipe, None, "v5p-8")
+    assert setup.model == "qwen3-8b" and setup.cfg == plan.model_config("qwen3-8b")
+    assert setup.work.reference  # its kl_coef is 0.01
+    missing = tmp_path / "run.yaml"
+    missing.write_text(f"init: {tmp_path / 'not-downloaded'}\n")
+    with pytest.raises(ValueError, match="names no architecture: pass --model"):
+        tpu_compile.setup_from_config(str(missing), None, "v5e-8")
+    tiny = tpu_compile.setup_from_config("configs/tiny-cpu.yaml", None, "v5e-8",
+                                         ["mesh.fsdp=-1"])
+    assert tiny.model == "the config's tiny model" and not tiny.work.reference
+
+
+@pytest.mark.parametrize("accelerator,fits", [("v5litepod-8", False), ("v5p-8", True)])
+def test_preflight_decides_by_the_plan_without_compiling(accelerator, fits, monkeypatch):
+    """Qwen3-8B's recipe on v5e-8 (the plan is far above the chip) and on a v5p-8 whose chips
+    it fills by little (the plan is far below): both decided in the plan's calibration band,
+    the compiler never called; a refusal names what would fit, or says that nothing near does."""
+    def compiled(*args, **kwargs):
+        raise AssertionError("compiled a setup the plan decides")
+
+    monkeypatch.setattr(tpu_compile, "compile_setup", compiled)
+    said = []
+    verdict = tpu_compile.preflight("configs/recipes/vict-qwen3-8b-tau-retail.yaml",
+                                    accelerator, None, (), said.append)
+    assert verdict.fits == fits
+    assert "not compiled" in said[0]
+    if not fits:
+        assert verdict.instead.startswith(("suggested instead: mesh", "no nearby setup fits"))
+
+
+def test_the_calibration_band_decides_only_what_no_compiler_in_it_could_change():
+    usable = plan.HEADROOM * plan.CHIPS["v5e"]
+    assert plan.decided(usable * plan.PLAN_OVER_ANALYSIS_MIN, "v5e") is True
+    assert plan.decided(usable * plan.PLAN_OVER_ANALYSIS_MIN * 1.01, "v5e") is None
+    assert plan.decided(usable * plan.PLAN_OVER_LIVE_MAX, "v5e") is None
+    assert plan.decided(usable * plan.PLAN_OVER_LIVE_MAX * 1.01, "v5e") is False
+
+
+def test_the_band_holds_every_recorded_compile():
+    """`plan.decided`'s bounds hold every plan / compiler ratio bench/plan.py and
+    bench/topologies.py recorded: the plan never below PLAN_OVER_ANALYSIS_MIN of the memory
+    analysis, nor above PLAN_OVER_LIVE_MAX of the live bytes."""
+    from bench import plan as bench_plan
+
+    rows = json.loads(bench_plan.RESULTS.read_text())["results"]["comparison"]
+    for part in ("learner", "sampler", "step"):
+        assert min(r[f"{part}_ratio"] for r in rows) >= plan.PLAN_OVER_ANALYSIS_MIN
+        assert max(r[f"{part}_live"] for r in rows) <= plan.PLAN_OVER_LIVE_MAX
+    topologies = json.loads((bench_plan.RESULTS.parent / "topologies.json").read_text())
+    for record in topologies["results"].values():
+        assert record["plan"]["total"] / record["peak"] >= plan.PLAN_OVER_ANALYSIS_MIN
+
+
+def test_a_compile_says_what_it_compiles_and_for_how_long():
+    said = []
+    with tpu_compile.progress("learner step", every_s=0.05, echo=said.append):
+        import time
+
+        time.sleep(0.2)
+    assert said[0] == "compiling learner step ..."
+    assert any(line.startswith("  still compiling learner step: ") for line in said[1:-1])
+    assert said[-1].startswith("  learner step: ") and said[-1].endswith(" s")

@@ -193,7 +193,7 @@ def test_up_compiles_the_config_for_the_slice_before_creating_it(gcloud, capsys,
     def preflight(config, accelerator, model, overrides, echo):
         asked.append((config, accelerator, model, overrides))
         echo("compiled")
-        return fits
+        return tpu_compile.Verdict(fits, "" if fits else "suggested instead: mesh fsdp=-1")
 
     monkeypatch.setattr(tpu_compile, "preflight", preflight)
     status = main(["up", *TARGET, "--config", CONFIG, "--accelerator-type", "v5p-32",
@@ -207,3 +207,4 @@ def test_up_compiles_the_config_for_the_slice_before_creating_it(gcloud, capsys,
     else:
         assert status == 1 and gcloud() == []
         assert "refusing to create v5p-32" in out and "--skip-compile" in out
+        assert "suggested instead: mesh fsdp=-1" in out and "above" not in out

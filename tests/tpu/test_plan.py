@@ -4,6 +4,7 @@ command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -129,7 +130,7 @@ def test_command_line_says_whether_it_fits_every_chip(capsys):
               for remat in (True, False)]
     for line, chip in zip(lines.values(), plan.CHIPS):
         assert line == ["fits" if plan.fits(total, chip) else "does not fit" for total in totals]
-    assert plan.main([*args, "--chip", "v5e"]) == 0
+    assert plan.main([*args, "--chip", "v5e"]) == 1  # fits no chip asked about
     assert list(verdicts(capsys.readouterr().out)) == ["v5e (16 GiB, 90% usable)"]
 
 
@@ -159,3 +160,22 @@ def test_the_plan_is_within_its_band_of_the_tpu_compiler():
             if not bench_plan.in_band(row, part):
                 outside.append((case.key, part, row[f"{part}_checked"]))
     assert not outside
+
+
+def test_every_flag_says_what_it_is_and_nothing_fitting_is_an_error(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    plan.add_workload_flags(parser)
+    flags = [action for action in parser._actions if action.dest != "help"]
+    assert len(flags) == len(dataclasses.fields(plan.Workload))
+    assert all(action.help for action in flags)
+    assert plan.main(["--model", "qwen3-8b", "--devices", "8", "--chip", "v5e"]) == 1
+    assert "fits no chip of v5e" in capsys.readouterr().err
+    assert plan.main(["--model", "qwen3-8b", "--devices", "8", "--chip", "v5p"]) == 0
+
+
+def test_a_model_that_is_not_the_recipes_architecture_is_named():
+    plan.check_architecture(plan.model_config("qwen3-8b"), "qwen3-8b")
+    with pytest.raises(ValueError, match=r"written for qwen3-8b.*num_layers 28 \(not 36\)"):
+        plan.check_architecture(plan.model_config("qwen3-0.6b"), "qwen3-8b")

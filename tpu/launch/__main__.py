@@ -5,10 +5,11 @@ The options are parsed strictly, so that a misspelt flag fails here, before a VM
 rather than in the trainer on the workers. The trainer gets exactly what follows ``--``.
 
 The trainer's arguments are read here as the workers will read them, so that one the trainer
-would not take fails here too. ``up`` first compiles the run's config, with the changes those
-arguments make (``--groups``, ``--set KEY=VALUE``, ...), for the slice on this machine
-(`tpu.compile.preflight`, which needs the ``tpu`` extra), and refuses to create a slice the
-setup would not fit, printing the nearest setup that fits. ``--skip-compile`` leaves that out.
+would not take fails here too. ``up`` first checks the run's config, with the changes those
+arguments make (``--groups``, ``--set KEY=VALUE``, ...), against the slice on this machine
+(`tpu.compile.preflight`: the plan where its calibration decides, else the TPU compiler, which
+needs the ``tpu`` extra), and refuses to create a slice the setup would not fit, naming the
+nearest setup that fits, or saying that none does. ``--skip-compile`` leaves the check out.
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ def fits_before_creating(target: launch.Target, changes: Sequence[str], echo=pri
     (`tpu.compile.preflight`); says why not when it would not fit."""
     from tpu import compile as tpu_compile
 
-    if tpu_compile.preflight(target.config, target.accelerator_type, target.model, changes,
-                             echo):
-        return True
-    echo(f"refusing to create {target.accelerator_type}: the setup does not fit its memory "
-         "(see the suggestion above); change the config, or pass --skip-compile")
-    return False
+    verdict = tpu_compile.preflight(target.config, target.accelerator_type, target.model,
+                                    changes, echo)
+    if not verdict.fits:
+        echo(f"refusing to create {target.accelerator_type}: the setup does not fit its memory; "
+             f"{verdict.instead}; change the config, or pass --skip-compile")
+    return verdict.fits
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str] | None]:
