@@ -675,7 +675,8 @@ def group_rng(seed: int, group: int, use: str) -> random.Random:
 
 # A step's key figures in its log line (metrics.jsonl name -> label); the rest are in the file.
 KEY_FIGURES = {
-    "learner/loss": "loss", "sft/nll": "nll", "sft/heldout_nll": "held-out nll",
+    "learner/loss": "loss", "learner/is_truncated": "IS truncated",
+    "sft/nll": "nll", "sft/heldout_nll": "held-out nll",
     "credit/prover/eligible_groups": "eligible groups", "credit/prover/valid_proposals":
     "verified", "credit/prover/accepted": "accepted", "credit/prover/mean_delta": "mean Δ",
     "credit/prover/extra_env_steps_fraction": "extra env steps",

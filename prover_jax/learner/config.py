@@ -14,11 +14,13 @@ from prover_jax.config import check_choice
 
 Aggregation = Literal["token-mean", "sequence-mean", "dr-grpo"]
 KlEstimator = Literal["k1", "k3"]
+ImportanceCorrection = Literal["none", "tis", "mis"]
 Decay = Literal["constant", "cosine", "linear"]
 ComputeDtype = Literal["float32", "bfloat16"]
 
 AGGREGATIONS: tuple[Aggregation, ...] = ("token-mean", "sequence-mean", "dr-grpo")
 KL_ESTIMATORS: tuple[KlEstimator, ...] = ("k1", "k3")
+IS_CORRECTIONS: tuple[ImportanceCorrection, ...] = ("none", "tis", "mis")
 DECAYS: tuple[Decay, ...] = ("constant", "cosine", "linear")
 COMPUTE_DTYPES: tuple[ComputeDtype, ...] = ("float32", "bfloat16")
 
@@ -33,7 +35,17 @@ def _check_range(name: str, value: float, low: float, high: float = float("inf")
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """PPO-clip policy loss with an optional KL penalty to a reference policy.
+    """PPO-clip policy loss with an optional KL penalty to a reference policy, and optionally
+    the decoupled objective that corrects for the sampler (the behaviour policy) differing from
+    the learner (precision, kernels, staleness).
+
+    Three log-probabilities per token: the behaviour policy's (the sampler's, `old_logprobs`),
+    the proximal policy's (the learner's own at the start of the update) and the current
+    policy's. Without a correction (``is_correction="none"``) the PPO ratio is current /
+    behaviour. With one, PPO's ratio and clip are current / proximal, and each token's term is
+    multiplied by an importance weight of w = proximal / behaviour:
+    ``"tis"`` (truncated) ``min(w, is_cap)``; ``"mis"`` (masked) ``w`` where
+    ``1 / is_cap <= w <= is_cap`` and 0 elsewhere (the token leaves the loss).
 
     Attributes:
       clip_low: ratios below `1 - clip_low` are clipped (for negative advantages).
@@ -46,6 +58,8 @@ class LossConfig:
         batch, "sequence-mean" (mean over sequences of each sequence's token mean) or "dr-grpo"
         (the token sum divided by the number of sequences times a constant length).
       dr_grpo_length: Dr.GRPO's constant length; None uses the padded length L of the batch.
+      is_correction: "none", "tis" or "mis" (above).
+      is_cap: C > 1, the importance weight's truncation (tis) or band (mis).
     """
 
     clip_low: float = 0.2
@@ -54,6 +68,8 @@ class LossConfig:
     kl_estimator: KlEstimator = "k3"
     aggregation: Aggregation = "token-mean"
     dr_grpo_length: int | None = None
+    is_correction: ImportanceCorrection = "none"
+    is_cap: float = 2.0
 
     def __post_init__(self):
         _check_range("clip_low", self.clip_low, 0.0, 1.0, low_open=True)
@@ -61,6 +77,8 @@ class LossConfig:
         _check_range("kl_coef", self.kl_coef, 0.0)
         check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         check_choice("aggregation", self.aggregation, AGGREGATIONS)
+        check_choice("is_correction", self.is_correction, IS_CORRECTIONS)
+        _check_range("is_cap", self.is_cap, 1.0, low_open=True)
         if self.dr_grpo_length is not None:
             _check_range("dr_grpo_length", self.dr_grpo_length, 0, low_open=True)
 

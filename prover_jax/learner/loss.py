@@ -316,41 +316,58 @@ def loss_weights(mask: jax.Array, loss_mask: jax.Array, cfg: LossConfig) -> Weig
 
 
 def token_terms(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
-                mask: jax.Array, cfg: LossConfig,
-                ref_logprobs: jax.Array | None = None) -> dict[str, jax.Array]:
-    """PPO-clip surrogate, clipping indicator and KL estimate of every token.
+                mask: jax.Array, cfg: LossConfig, ref_logprobs: jax.Array | None = None,
+                proximal_logprobs: jax.Array | None = None) -> dict[str, jax.Array]:
+    """PPO-clip surrogate, clipping indicator, importance weight and KL estimate of every token.
 
-    With `r = exp(logprobs - old_logprobs)` and advantage A:
-    `policy = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)`; `clipped` is 1 where the
-    clipped branch is the smaller one (its gradient is zero there). KL to the reference:
-    k1 `= logprobs - ref_logprobs`; k3 `= exp(ref - logprobs) - (ref - logprobs) - 1`.
-    Log-ratios and advantages are zeroed off `mask` first, so whatever lies there (padding,
-    prompt tokens) cannot overflow into NaN.
+    With `r = exp(logprobs - proximal)` and advantage A, the term is
+    `policy = -w · min(r A, clip(r, 1 - clip_low, 1 + clip_high) A)`; `clipped` is 1 where the
+    clipped branch is the smaller one (its gradient is zero there). Without a correction
+    (`cfg.is_correction == "none"`) the proximal policy is the behaviour policy
+    (`old_logprobs`) and w = 1. With one, the proximal log-probs are `proximal_logprobs`, by
+    default the current ones without their gradient (the learner's at the start of the update:
+    an update takes one optimizer step), and w is the truncated ("tis") or masked ("mis")
+    importance weight of proximal / behaviour (`LossConfig`). KL to the reference: k1
+    `= logprobs - ref_logprobs`; k3 `= exp(ref - logprobs) - (ref - logprobs) - 1`. Log-ratios
+    and advantages are zeroed off `mask` first, so whatever lies there (padding, prompt tokens)
+    cannot overflow into NaN.
 
     Args:
       logprobs, old_logprobs, advantages: float [B, L].
       mask: bool [B, L], the trained tokens.
       cfg: LossConfig.
       ref_logprobs: float [B, L]; required when `cfg.kl_coef > 0`.
+      proximal_logprobs: float [B, L] or None (above).
 
-    The behaviour terms compare the current policy with the old one (the sampler's log-probs,
-    when the batch comes from its token streams): `|log r|` and the k3 estimate `r - log r - 1`
-    of KL(old || current). Before the first update the params are the sampler's, so they
-    measure the sampler-learner numerical mismatch (about 0 in float32 on CPU).
+    The behaviour terms compare the current policy with the behaviour policy: `|log ρ|` and the
+    k3 estimate `ρ - log ρ - 1` of KL(behaviour || current), ρ = current / behaviour. Before
+    the first update the params are the sampler's, so they measure the sampler-learner
+    numerical mismatch.
 
     Returns:
-      {"policy", "clipped", "kl", "behaviour_gap", "behaviour_kl"}: float32 [B, L] each
-      ("kl" is 0 without a reference).
+      {"policy", "clipped", "is_weight", "is_truncated", "kl", "behaviour_gap",
+      "behaviour_kl"}: float32 [B, L] each ("kl" is 0 without a reference; "is_weight" 1 and
+      "is_truncated" 0 without a correction; "is_truncated" marks the tokens tis truncates or
+      mis masks).
     """
-    log_ratio = jnp.where(mask, logprobs - old_logprobs, 0.0)
+    behaviour_log_ratio = jnp.where(mask, logprobs - old_logprobs, 0.0)
+    if cfg.is_correction == "none":
+        proximal = old_logprobs
+    else:
+        proximal = (jax.lax.stop_gradient(logprobs) if proximal_logprobs is None
+                    else proximal_logprobs)
+    log_ratio = jnp.where(mask, logprobs - proximal, 0.0)
+    weight, truncated = importance_weights(jnp.where(mask, proximal - old_logprobs, 0.0), cfg)
     advantages = jnp.where(mask, advantages, 0.0)
     ratio = jnp.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * advantages
-    terms = {"policy": -jnp.minimum(unclipped, clipped),
+    terms = {"policy": -weight * jnp.minimum(unclipped, clipped),
              "clipped": (clipped < unclipped).astype(jnp.float32),
-             "behaviour_gap": jnp.abs(log_ratio),
-             "behaviour_kl": jnp.expm1(log_ratio) - log_ratio}  # r - log r - 1 without rounding
+             "is_weight": weight, "is_truncated": truncated,
+             "behaviour_gap": jnp.abs(behaviour_log_ratio),
+             # ρ - log ρ - 1 without rounding
+             "behaviour_kl": jnp.expm1(behaviour_log_ratio) - behaviour_log_ratio}
     if ref_logprobs is None:
         terms["kl"] = jnp.zeros_like(log_ratio)
     else:
@@ -360,9 +377,24 @@ def token_terms(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     return terms
 
 
+def importance_weights(log_w: jax.Array, cfg: LossConfig) -> tuple[jax.Array, jax.Array]:
+    """Each token's importance weight from log(proximal / behaviour) `log_w` [B, L], and
+    whether the correction truncated (tis) or masked (mis) it: float32 [B, L] each; weights
+    of 1 and nothing truncated without a correction. The weight carries no gradient."""
+    log_w = jax.lax.stop_gradient(log_w)
+    if cfg.is_correction == "none":
+        return jnp.ones_like(log_w), jnp.zeros_like(log_w)
+    w, cap = jnp.exp(log_w), jnp.float32(cfg.is_cap)
+    if cfg.is_correction == "tis":
+        return jnp.minimum(w, cap), (w > cap).astype(jnp.float32)
+    kept = jnp.abs(log_w) <= jnp.log(cap)
+    return jnp.where(kept, w, 0.0), (~kept).astype(jnp.float32)
+
+
 def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Array,
                   advantages: jax.Array, mask: jax.Array, weights: Weights, cfg: LossConfig,
-                  ref_logprobs: jax.Array | None = None) -> dict[str, jax.Array]:
+                  ref_logprobs: jax.Array | None = None,
+                  proximal_logprobs: jax.Array | None = None) -> dict[str, jax.Array]:
     """The loss and its metrics as weighted sums over one (micro-)batch.
 
     Sums over micro-batches of the same batch (with weights from the whole batch) add up to the
@@ -375,11 +407,14 @@ def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Arr
       weights: `loss_weights` of the whole batch, sliced like the other arrays.
       cfg: LossConfig.
       ref_logprobs: float [B, L] or None.
+      proximal_logprobs: float [B, L] or None (`token_terms`).
 
     Returns:
       float32 scalars: "loss" (`policy_loss + kl_coef · kl_loss`), "policy_loss", "kl_loss"
-      (the KL aggregated like the loss), and token means "kl", "entropy", "clip_fraction",
-      "behaviour_gap" (mean |log r|) and "behaviour_kl" (k3 of KL(old || current)).
+      (the KL aggregated like the loss), token means "kl", "entropy", "clip_fraction",
+      "behaviour_gap" (mean |log ρ|) and "behaviour_kl" (k3 of KL(behaviour || current));
+      with a correction also "is_weight", "is_truncated" (the share of tokens the correction
+      truncated or masked) and "is_weight_max" (the largest weight of a trained token).
     """
     check_arrays({"logprobs": (logprobs, "b l", "f"), "entropy": (entropy, "b l", "f"),
                   "old_logprobs": (old_logprobs, "b l", "f"),
@@ -388,22 +423,30 @@ def weighted_loss(logprobs: jax.Array, entropy: jax.Array, old_logprobs: jax.Arr
                   "weights.mean": (weights.mean, "b l", "f")})
     if cfg.kl_coef > 0 and ref_logprobs is None:
         raise ValueError("ref_logprobs: required when kl_coef > 0")
-    terms = token_terms(logprobs, old_logprobs, advantages, mask, cfg, ref_logprobs)
+    terms = token_terms(logprobs, old_logprobs, advantages, mask, cfg, ref_logprobs,
+                        proximal_logprobs)
     policy_loss = jnp.sum(weights.loss * terms["policy"])
     kl_loss = jnp.sum(weights.loss * terms["kl"])
-    return {"loss": policy_loss + cfg.kl_coef * kl_loss, "policy_loss": policy_loss,
-            "kl_loss": kl_loss, "kl": jnp.sum(weights.mean * terms["kl"]),
-            "entropy": jnp.sum(weights.mean * entropy),
-            "clip_fraction": jnp.sum(weights.mean * terms["clipped"]),
-            "behaviour_gap": jnp.sum(weights.mean * terms["behaviour_gap"]),
-            "behaviour_kl": jnp.sum(weights.mean * terms["behaviour_kl"])}
+    metrics = {"loss": policy_loss + cfg.kl_coef * kl_loss, "policy_loss": policy_loss,
+               "kl_loss": kl_loss, "kl": jnp.sum(weights.mean * terms["kl"]),
+               "entropy": jnp.sum(weights.mean * entropy),
+               "clip_fraction": jnp.sum(weights.mean * terms["clipped"]),
+               "behaviour_gap": jnp.sum(weights.mean * terms["behaviour_gap"]),
+               "behaviour_kl": jnp.sum(weights.mean * terms["behaviour_kl"])}
+    if cfg.is_correction != "none":
+        metrics.update(
+            is_weight=jnp.sum(weights.mean * terms["is_weight"]),
+            is_truncated=jnp.sum(weights.mean * terms["is_truncated"]),
+            is_weight_max=jnp.max(jnp.where(mask, terms["is_weight"], 0.0), initial=0.0))
+    return metrics
 
 
 @functools.partial(jax.jit, static_argnames="cfg")
 def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array,
                 loss_mask: jax.Array, cfg: LossConfig, ref_logprobs: jax.Array | None = None,
-                dropped: jax.Array | None = None,
-                entropy: jax.Array | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                dropped: jax.Array | None = None, entropy: jax.Array | None = None,
+                proximal_logprobs: jax.Array | None = None
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The PPO-clip loss of one whole batch, from per-token log-probabilities.
 
     Args:
@@ -415,6 +458,9 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
       ref_logprobs: float [B, L], reference policy; required when `cfg.kl_coef > 0`.
       dropped: bool [B, L], tokens to leave out of the loss (e.g. SPO's `credit.high_prob_mask`).
       entropy: float [B, L], for the entropy metric (0 when None).
+      proximal_logprobs: float [B, L], the proximal policy of the decoupled objective
+        (`LossConfig.is_correction`); None: the current log-probs without their gradient,
+        right for a trainer that takes one optimizer step per batch.
 
     Returns:
       (loss scalar, metrics of `weighted_loss`).
@@ -423,5 +469,5 @@ def policy_loss(logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Ar
     weights = loss_weights(mask, loss_mask, cfg)
     entropy = jnp.zeros_like(logprobs) if entropy is None else entropy
     metrics = weighted_loss(logprobs, entropy, old_logprobs, advantages, mask, weights, cfg,
-                            ref_logprobs)
+                            ref_logprobs, proximal_logprobs)
     return metrics["loss"], metrics

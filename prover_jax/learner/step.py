@@ -52,6 +52,13 @@ from tpu.mesh import (
 KEY_DATA_SHAPE = (2,)  # a threefry key's data
 METRICS = ("loss", "policy_loss", "kl_loss", "kl", "entropy", "clip_fraction", "behaviour_gap",
            "behaviour_kl")
+IS_METRICS = ("is_weight", "is_truncated", "is_weight_max")  # with an importance correction
+MAX_METRICS = frozenset({"is_weight_max"})  # the batch's is the micro-batches' largest
+
+
+def metric_names(cfg: LearnerConfig) -> tuple[str, ...]:
+    """The metrics of `loss.weighted_loss` under `cfg`."""
+    return METRICS + (IS_METRICS if cfg.loss.is_correction != "none" else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,13 +250,17 @@ def accumulate_gradients(params, micro: MicroBatches, model_cfg: QwenConfig, cfg
     def add(total, part):
         return jax.tree.map(jnp.add, total, part)
 
+    def combine(total, part):
+        return {name: (jnp.maximum if name in MAX_METRICS else jnp.add)(total[name], part[name])
+                for name in total}
+
     def body(carry, one):
         grads, metrics = grad_fn(params, one, model_cfg, cfg, head_positions, mesh)
         grads = jax.lax.with_sharding_constraint(grads, shardings)
-        return (add(carry[0], grads), add(carry[1], metrics)), None
+        return (add(carry[0], grads), combine(carry[1], metrics)), None
 
     zeros = jax.lax.with_sharding_constraint(jax.tree.map(jnp.zeros_like, params), shardings)
-    init = (zeros, {name: jnp.zeros((), jnp.float32) for name in METRICS})
+    init = (zeros, {name: jnp.zeros((), jnp.float32) for name in metric_names(cfg)})
     (grads, metrics), _ = jax.lax.scan(body, init, micro)
     return grads, metrics
 
@@ -301,8 +312,10 @@ def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
 
     Returns:
       (the next TrainState, float32 scalar metrics: loss, policy_loss, kl_loss, kl, entropy,
-      clip_fraction, behaviour_gap and behaviour_kl (the old-vs-current log-prob mismatch of
-      `loss.token_terms`), grad_norm (before clipping), lr (of this update)).
+      clip_fraction, behaviour_gap and behaviour_kl (the sampler-vs-learner log-prob mismatch
+      of `loss.token_terms`), with an importance correction (`LossConfig.is_correction`)
+      is_weight, is_truncated and is_weight_max, grad_norm (before clipping), lr (of this
+      update)).
     """
     grads, metrics = batch_gradients(state.params, batch, model_cfg=model_cfg, cfg=cfg,
                                      mesh=mesh, shardings=shardings,

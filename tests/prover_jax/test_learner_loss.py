@@ -25,7 +25,19 @@ from tpu.mesh_config import BATCH_AXES, MeshConfig
 B, L, V = 6, 12, 7
 
 
-def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, dropped=None):
+def oracle_weight(proximal: float, behaviour: float, cfg: LossConfig) -> tuple[float, bool]:
+    """The importance weight of one token and whether the correction truncated or masked it."""
+    w = math.exp(proximal - behaviour)
+    if cfg.is_correction == "tis":
+        return min(w, cfg.is_cap), w > cfg.is_cap
+    if cfg.is_correction == "mis":
+        kept = 1 / cfg.is_cap <= w <= cfg.is_cap
+        return (w if kept else 0.0), not kept
+    return 1.0, False
+
+
+def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, dropped=None,
+                proximal=None):
     """Loss and metrics by explicit loops over rows and tokens."""
     rows, length = loss_mask.shape
     mask = loss_mask.copy()
@@ -37,17 +49,25 @@ def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, droppe
     clipped = np.zeros((rows, length))
     gap = np.zeros((rows, length))
     behaviour_kl = np.zeros((rows, length))
+    weight = np.zeros((rows, length))
+    truncated = np.zeros((rows, length))
+    if cfg.is_correction == "none":
+        proximal = old
+    elif proximal is None:
+        proximal = logprobs
     for b in range(rows):
         for u in range(length):
             if not mask[b, u]:
                 continue
-            ratio = math.exp(logprobs[b, u] - old[b, u])
+            ratio = math.exp(logprobs[b, u] - proximal[b, u])
+            weight[b, u], truncated[b, u] = oracle_weight(proximal[b, u], old[b, u], cfg)
             plain = ratio * adv[b, u]
             clip = min(max(ratio, 1 - cfg.clip_low), 1 + cfg.clip_high) * adv[b, u]
-            policy[b, u] = -min(plain, clip)
+            policy[b, u] = -weight[b, u] * min(plain, clip)
             clipped[b, u] = float(clip < plain)
             gap[b, u] = abs(logprobs[b, u] - old[b, u])
-            behaviour_kl[b, u] = ratio - math.log(ratio) - 1  # k3 of KL(old || current)
+            rho = math.exp(logprobs[b, u] - old[b, u])
+            behaviour_kl[b, u] = rho - math.log(rho) - 1  # k3 of KL(behaviour || current)
             if ref is not None:
                 d = ref[b, u] - logprobs[b, u]
                 kl[b, u] = -d if cfg.kl_estimator == "k1" else math.exp(d) - d - 1
@@ -63,9 +83,13 @@ def oracle_loss(logprobs, old, adv, loss_mask, cfg: LossConfig, ref=None, droppe
 
     policy_loss_ = aggregate(policy)
     kl_loss = aggregate(kl)
-    return {"loss": policy_loss_ + cfg.kl_coef * kl_loss, "policy_loss": policy_loss_,
-            "kl_loss": kl_loss, "kl": kl[mask].mean(), "clip_fraction": clipped[mask].mean(),
-            "behaviour_gap": gap[mask].mean(), "behaviour_kl": behaviour_kl[mask].mean()}
+    metrics = {"loss": policy_loss_ + cfg.kl_coef * kl_loss, "policy_loss": policy_loss_,
+               "kl_loss": kl_loss, "kl": kl[mask].mean(), "clip_fraction": clipped[mask].mean(),
+               "behaviour_gap": gap[mask].mean(), "behaviour_kl": behaviour_kl[mask].mean()}
+    if cfg.is_correction != "none":
+        metrics.update(is_weight=weight[mask].mean(), is_truncated=truncated[mask].mean(),
+                       is_weight_max=weight[mask].max())
+    return metrics
 
 
 def random_inputs(seed: int):
@@ -94,6 +118,45 @@ def test_loss_matches_numpy_oracle(aggregation, estimator):
     np.testing.assert_allclose(float(loss), expected["loss"], rtol=1e-5, atol=1e-6)
     for name, value in expected.items():
         np.testing.assert_allclose(float(metrics[name]), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("correction", ["tis", "mis"])
+@pytest.mark.parametrize("given_proximal", [False, True])
+def test_decoupled_objective_matches_numpy_oracle(correction, given_proximal):
+    """PPO's ratio against the proximal policy, each token weighted by its truncated (tis) or
+    masked (mis) importance weight proximal / behaviour; the proximal policy given, or the
+    current one at the update's start (one optimizer step per batch)."""
+    logprobs, old, adv, loss_mask, ref = random_inputs(seed=11)
+    rng = np.random.default_rng(3)
+    proximal = (logprobs + rng.normal(0, 0.2, logprobs.shape)).astype(np.float32)
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, kl_coef=0.1, is_correction=correction,
+                     is_cap=1.5)
+    given = proximal if given_proximal else None
+    loss, metrics = policy_loss(logprobs, old, adv, loss_mask, cfg, ref,
+                                proximal_logprobs=given)
+    expected = oracle_loss(logprobs, old, adv, loss_mask, cfg, ref, proximal=given)
+    assert 0 < expected["is_truncated"] < 1  # the weights' cap acts on some tokens only
+    if given_proximal:
+        assert 0 < expected["clip_fraction"] < 1
+    for name, value in {"loss": expected["loss"], **expected}.items():
+        got = loss if name == "loss" else metrics[name]
+        np.testing.assert_allclose(float(got), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("correction", ["tis", "mis"])
+def test_the_importance_weight_scales_the_gradient_and_carries_none_itself(correction):
+    """With the proximal policy the current one, the ratio is 1 and the gradient of a token's
+    term with respect to its log-prob is -w A times its aggregation weight: w scales the
+    policy gradient, and no gradient flows through w."""
+    logprobs, old, adv, loss_mask, _ = random_inputs(seed=5)
+    cfg = LossConfig(is_correction=correction, is_cap=1.5)
+    grad = jax.grad(lambda lp: policy_loss(lp, old, adv, loss_mask, cfg)[0])(logprobs)
+    mask = loss_mask.copy()
+    mask[:, 0] = False
+    expected = np.zeros_like(logprobs)
+    for b, u in zip(*np.nonzero(mask)):
+        expected[b, u] = -oracle_weight(logprobs[b, u], old[b, u], cfg)[0] * adv[b, u]
+    np.testing.assert_allclose(np.asarray(grad), expected / mask.sum(), rtol=1e-5, atol=1e-7)
 
 
 def test_dr_grpo_constant_length_and_no_reference():
@@ -310,6 +373,8 @@ def test_all_masked_batch_gives_zero_not_nan():
     (lambda: LossConfig(kl_estimator="k2"), "kl_estimator"),
     (lambda: LossConfig(aggregation="mean"), "aggregation"),
     (lambda: LossConfig(dr_grpo_length=0), "dr_grpo_length"),
+    (lambda: LossConfig(is_correction="ppo"), "is_correction"),
+    (lambda: LossConfig(is_correction="tis", is_cap=1.0), "is_cap"),
     (lambda: OptimizerConfig(learning_rate=-1e-3), "learning_rate"),
     (lambda: OptimizerConfig(decay="cosine", total_steps=10, warmup_steps=10), "total_steps"),
     (lambda: OptimizerConfig(decay="step"), "decay"),

@@ -337,3 +337,35 @@ def test_fsdp_splits_the_rows_not_the_width():
     single = compiled_peak_bytes(cfg, build_mesh(MeshConfig()), 8, 256)
     fsdp = compiled_peak_bytes(cfg, build_mesh(MeshConfig(fsdp=8)), 8, 256)
     assert fsdp < 0.3 * single
+
+
+@pytest.mark.parametrize("correction", ["tis", "mis"])
+def test_a_bf16_samplers_mismatch_is_corrected_and_measured(single, batches, correction):
+    """The behaviour policy's log-probs from a bfloat16 forward (a bf16 sampler's), the learner
+    in float32: over two micro-batches, the step's importance metrics are the numpy oracle's of
+    w = learner / behaviour on the trained tokens, the largest weight the batch's largest."""
+    bf16 = Learner(CFG, dataclasses.replace(FP32, compute_dtype="bfloat16"))
+    params = init_params()
+    tokens = batches[0].batch.tokens
+    behaviour = np.asarray(bf16.logprobs(params, tokens))
+    proximal = np.asarray(single.logprobs(params, tokens))
+    batch = dataclasses.replace(batches[0], old_logprobs=behaviour)
+    cap = 1.01
+    learner = Learner(CFG, dataclasses.replace(
+        FP32, micro_batches=2,
+        loss=dataclasses.replace(FP32.loss, is_correction=correction, is_cap=cap)))
+    _, metrics = learner.train_step(learner.init(params), batch)
+    mask = batch.batch.loss_mask & ~batch.dropped
+    mask[:, 0] = False
+    w = np.exp(proximal - behaviour)[mask].astype(np.float64)
+    if correction == "tis":
+        weight, truncated = np.minimum(w, cap), w > cap
+    else:
+        truncated = (w < 1 / cap) | (w > cap)
+        weight = np.where(truncated, 0.0, w)
+    assert 0 < truncated.mean() < 1  # bf16 moves some tokens' log-probs by more than log 1.01
+    np.testing.assert_allclose(float(metrics["is_weight"]), weight.mean(), rtol=1e-4)
+    np.testing.assert_allclose(float(metrics["is_truncated"]), truncated.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["is_weight_max"]), weight.max(), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["behaviour_gap"]),
+                               np.abs(np.log(w)).mean(), rtol=1e-4)
