@@ -35,7 +35,9 @@ def config_differences(directory: Path, config) -> dict[str, tuple[Any, Any]]:
     path = directory / CONFIG_FILE
     if not path.exists():
         return {}
-    stored = with_chat_keys(flatten(json.loads(path.read_text())))
+    # a setting added since the run started ran with its default
+    stored = {**flatten(to_dict(type(config)())),
+              **with_chat_keys(flatten(json.loads(path.read_text())))}
     ours = flatten(without_secrets(to_dict(config)))
     compared = sorted(k for k in set(stored) | set(ours) if config.chat is not None
                       or not (k == "chat" or k.startswith("chat.")))

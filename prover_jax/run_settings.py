@@ -36,6 +36,20 @@ class TinyModel:
 
 
 @dataclasses.dataclass(frozen=True)
+class AsyncConfig:
+    """Bounded-staleness asynchronous updates (`prover_jax.ahead`): update t trains on a batch
+    sampled with the params of update ``max(0, t - max_staleness)``, produced in a thread
+    while the learner trains on the batches before it. 0 is the synchronous loop."""
+
+    max_staleness: int = 0
+
+    def __post_init__(self):
+        if self.max_staleness not in (0, 1, 2):
+            raise ValueError(f"asynchronous.max_staleness must be 0, 1 or 2, got "
+                             f"{self.max_staleness!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A training run. ``credit`` is any registered method the trainer can run
     (`trainable_methods`), ``credit_config`` the fields of its config type that differ from
@@ -75,6 +89,7 @@ class TrainConfig:
         optimizer=OptimizerConfig(learning_rate=1e-3), compute_dtype="float32"))
     # The learner's and sampler's devices (`tpu.mesh`)
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    asynchronous: AsyncConfig = dataclasses.field(default_factory=AsyncConfig)
 
     def __post_init__(self):
         envs.check_name(self.env)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import random
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ import envs
 from envs.pool import EnvPool
 from models import qwen
 from models.qwen.chat import CHATML_TEMPLATE, AgentFormat
-from prover_jax import credit, runs
+from prover_jax import ahead, credit, runs
 from prover_jax.batch import Batch, pack_streams
 from prover_jax.choice_probe import held_out_probes, probe_metrics
 from prover_jax.credit.hosts import HostContext, HostOptions, HostOutput
@@ -430,78 +432,158 @@ def roll_out(config: TrainConfig, pool: EnvPool, policy: ModelPolicy, tasks: Seq
     return [episodes[g * size:(g + 1) * size] for g in range(len(tasks))], None
 
 
+@dataclasses.dataclass
+class Produced:
+    """One update's batch as the rollout, the host side and credit made it (host arrays: it
+    is saved with a checkpoint while in flight, `prover_jax.ahead`)."""
+
+    step: int
+    version: int  # the updates the params it was sampled with had made
+    next_key: np.ndarray  # uint32 [2]: the key data of the next step's draws
+    position: int  # the data position of its first task
+    groups: list[list[Episode]]
+    batch: Batch
+    old: np.ndarray  # float32 [B, L] the sampler's log-probs
+    output: HostOutput
+    advantages: np.ndarray  # float32 [B, L]
+    dropped: np.ndarray | None  # bool [B, L] tokens left out of the loss
+    parts: dict[str, np.ndarray]  # float32 [B, T] per source (`credit.parts`)
+    seconds: dict[str, float]  # of its rollout and credit
+
+
+def produce(config: TrainConfig, env: envs.Env, pool: EnvPool, host, tasks, cfg, tokenizer,
+            mine: range, row_multiple: int, step: int, key_data: np.ndarray, position: int,
+            sampler_params, version: int) -> Produced:
+    """The batch of update `step`: its tasks from the data `position`, its groups rolled out
+    with `sampler_params` (`to_sampler` of the params after `version` updates), the host side,
+    and credit; its random draws from the step's key data."""
+    method, settings = credit.get(config.credit), config.credit_settings()
+    laps = Laps()
+    seed, next_key = step_seed(key_data)
+    chosen = [task_at(tasks, position + g, config.seed) for g in mine]
+    policy = ModelPolicy(sampler_params, cfg, tokenizer, env.instruction(), config.sampling,
+                         config.chat)
+    groups, trees = roll_out(config, pool, policy, chosen,
+                             [group_rng(seed, g, "rollout") for g in mine], step)
+    batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings, row_multiple)
+    laps.lap("rollout")
+    rows, turns = batch.turn_valid.shape
+    output = (HostOutput({}, {}, {}) if host is None else
+              host(HostContext(env, groups, pool, policy,
+                               [group_rng(seed, g, "host") for g in mine], rows, turns, trees)))
+    del policy  # its sampling copy of the weights
+    credited = credit.compute(config.credit, batch, output.inputs, settings)
+    dropped = (None if method.dropped_tokens is None else
+               method.dropped_tokens(batch, output.inputs, settings, old))
+    parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
+    laps.lap("credit")
+    return Produced(step, version, np.asarray(jax.device_get(next_key)), position, groups, batch,
+                    old, jax.device_get(output), np.asarray(jax.device_get(credited.tokens)),
+                    None if dropped is None else np.asarray(jax.device_get(dropped)),
+                    jax.device_get(parts), laps.seconds)
+
+
 def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks, cfg, params,
            tokenizer, directory: Path, log) -> list[dict]:
-    system = env.instruction()
-    method, settings = credit.get(config.credit), config.credit_settings()
+    method = credit.get(config.credit)
     check_oracles(env, config.credit, host_options, config.evaluation.probe_tasks > 0)
-    host = None if method.host is None else method.host(host_options, settings)
+    host = None if method.host is None else method.host(host_options, config.credit_settings())
     learner = Learner(cfg, config.learner, build_mesh(config.mesh))
     mine, row_multiple = process_groups(config), process_row_multiple(config, learner.mesh)
     run_dir = RunDirectory(directory, config, env.task_source(), learner, cfg, params, tokenizer,
                            log, config.credit)
     state = run_dir.state
     reference = reference_policy(learner, params) if config.learner.loss.kl_coef else None
+    staleness = config.asynchronous.max_staleness
+    if staleness and jax.process_count() > 1:
+        raise ValueError("asynchronous updates run on one process for now; with several, "
+                         "set asynchronous.max_staleness=0")
     with (EnvPool(config.env, len(mine) * group_rows(config), config.workers,
                   config=dict(config.env_options)) as pool,
           deferred_signals() as received):
         if config.eval_at_start and not run_dir.started():
             run_dir.write_before_training(
                 evaluated(config, pool, state.params, learner, cfg, tokenizer, env))
-        while int(state.step) < config.steps:
-            step = int(state.step)
-            laps = Laps()
-            seed, next_key = step_seed(state.rng)
-            position = int(state.data_position)
-            chosen = [task_at(tasks, position + g, config.seed) for g in mine]
-            policy = ModelPolicy(to_sampler(state.params, cfg, learner.mesh,
-                                            config.sampling.dtype),
-                                 cfg, tokenizer, system, config.sampling, config.chat)
-            groups, trees = roll_out(config, pool, policy, chosen,
-                                     [group_rng(seed, g, "rollout") for g in mine], step)
-            batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings,
-                                      row_multiple)
-            laps.lap("rollout")
-            rows, turns = batch.turn_valid.shape
-            output = (HostOutput({}, {}, {}) if host is None else
-                      host(HostContext(env, groups, pool, policy,
-                                       [group_rng(seed, g, "host") for g in mine], rows, turns,
-                                       trees)))
-            del policy  # its sampling copy of the weights
-            credited = credit.compute(config.credit, batch, output.inputs, settings)
-            advantages = credited.tokens
-            dropped = (None if method.dropped_tokens is None else
-                       method.dropped_tokens(batch, output.inputs, settings, old))
-            laps.lap("credit")
-            train_batch = from_process_local(learner.mesh,
-                                             TrainBatch(batch, advantages, old, dropped=dropped))
-            if reference is not None:
-                train_batch = dataclasses.replace(train_batch, ref_logprobs=learner.logprobs(
-                    reference, train_batch.batch.tokens))
-            state, metrics = learner.train_step(state, train_batch)
-            state = dataclasses.replace(
-                state, rng=jax.device_put(next_key, state.rng.sharding),
-                data_position=jax.device_put(np.int32(position + config.groups),
-                                             state.data_position.sharding))
-            metrics = jax.device_get(metrics)
-            laps.lap("learner")
-            run_dir.checkpoint(state, config.checkpoint_every)
-            laps.lap("checkpoint")
-            evaluation = {}
-            if config.eval_every and (step + 1) % config.eval_every == 0:
-                evaluation = evaluated(config, pool, state.params, learner, cfg, tokenizer, env)
-                laps.lap("eval")
-            episodes = [e for group in groups for e in group]
-            parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
-            row = distributed.mean_over_processes({
-                **step_metrics(groups, metrics, output.diagnostics, laps.seconds),
-                **advantage_mass(parts, batch), **evaluation})
-            records = merged_records({**output.records,
-                                      "samples": sample_records(groups, parts, mine)})
-            row = {"step": step, **row, "episode/count": float(len(episodes) * jax.process_count())}
-            run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
-                          step_s=f"{sum(laps.seconds.values()):.1f}")
-            run_dir.stop_if_signalled(state, received(), config.run_dir)
+        pool_in_use = threading.Lock()  # the producer's rollouts, the learner's evaluations
+        first = int(state.step)
+        chain = {"step": first, "key": state.rng, "position": int(state.data_position)}
+
+        def produced(step: int, sampler_params, version: int) -> Produced:
+            assert step == chain["step"]  # batches are produced in order
+            with pool_in_use:
+                batch = produce(config, env, pool, host, tasks, cfg, tokenizer, mine,
+                                row_multiple, step, chain["key"], chain["position"],
+                                sampler_params, version)
+            chain.update(step=step + 1, key=batch.next_key,
+                         position=batch.position + config.groups)
+            return batch
+
+        pending = (run_dir.load_pending(first) if staleness and 0 < first < config.steps
+                   else {})
+        if pending:  # the thread goes on after the batches produced before the checkpoint
+            last = pending[max(pending)]
+            chain.update(step=last.step + 1, key=last.next_key,
+                         position=last.position + config.groups)
+        source = (ahead.Inline(produced) if not staleness else
+                  ahead.Ahead(produced, staleness, first, config.steps, pending))
+
+        def offer(state) -> None:
+            sampler = to_sampler(state.params, cfg, learner.mesh, config.sampling.dtype)
+            if staleness:  # the learner's next step donates the params the copy may share
+                sampler = jax.tree.map(jnp.copy, sampler)
+            source.offer(int(state.step), sampler)
+
+        try:
+            if staleness:
+                offer(state)
+            while int(state.step) < config.steps:
+                step = int(state.step)
+                if not staleness:  # its params, right before its rollout
+                    offer(state)
+                laps = Laps()
+                batch = source.take(step)
+                laps.lap("wait")
+                train_batch = from_process_local(learner.mesh, TrainBatch(
+                    batch.batch, batch.advantages, batch.old, dropped=batch.dropped))
+                if reference is not None:
+                    train_batch = dataclasses.replace(train_batch, ref_logprobs=learner.logprobs(
+                        reference, train_batch.batch.tokens))
+                state, metrics = learner.train_step(state, train_batch)
+                state = dataclasses.replace(
+                    state, rng=jax.device_put(batch.next_key, state.rng.sharding),
+                    data_position=jax.device_put(np.int32(batch.position + config.groups),
+                                                 state.data_position.sharding))
+                metrics = jax.device_get(metrics)
+                laps.lap("learner")
+                if staleness and int(state.step) < config.steps:
+                    offer(state)
+                if run_dir.checkpoint(state, config.checkpoint_every) and staleness:
+                    run_dir.save_pending(int(state.step), source.pending(int(state.step)))
+                laps.lap("checkpoint")
+                evaluation = {}
+                if config.eval_every and (step + 1) % config.eval_every == 0:
+                    with pool_in_use:
+                        evaluation = evaluated(config, pool, state.params, learner, cfg,
+                                               tokenizer, env)
+                    laps.lap("eval")
+                seconds = {**batch.seconds, **laps.seconds}
+                if not staleness:  # the rollout and credit are the step's own time
+                    del seconds["wait"]
+                row = distributed.mean_over_processes({
+                    **step_metrics(batch.groups, metrics, batch.output.diagnostics, seconds),
+                    **advantage_mass(batch.parts, batch.batch), **evaluation,
+                    **({"async/staleness": float(step - batch.version)} if staleness else {})})
+                records = merged_records({**batch.output.records, "samples": sample_records(
+                    batch.groups, batch.parts, mine)})
+                episodes = sum(len(group) for group in batch.groups)
+                row = {"step": step, **row,
+                       "episode/count": float(episodes * jax.process_count())}
+                run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
+                              step_s=f"{sum(seconds.values()):.1f}")
+                run_dir.stop_if_signalled(state, received(), config.run_dir,
+                                          functools.partial(source.pending, step + 1))
+        finally:
+            source.close()
     return run_dir.close()
 
 
@@ -551,22 +633,37 @@ class RunDirectory:
                                   disable=None if self.main else True,
                                   desc=desc)  # drawn only on a terminal
 
-    def checkpoint(self, state, every: int) -> None:
-        """Saves `state` every `every` steps and after the last."""
+    def checkpoint(self, state, every: int) -> bool:
+        """Saves `state` every `every` steps and after the last; whether it did."""
         step = int(state.step)
-        if step % every == 0 or step == self.steps:
+        due = step % every == 0 or step == self.steps
+        if due:
             self.checkpoints.save(state)
+        return due
 
-    def stop_if_signalled(self, state, signum: int | None, run_dir: str | None) -> None:
+    def save_pending(self, step: int, batches: dict) -> None:
+        """The batches produced ahead for updates the checkpoint after `step` updates has not
+        made (`prover_jax.ahead`), saved beside it; process 0 only (one process for now)."""
+        if self.main and batches:
+            ahead.save_pending(self.directory, step, batches, set(self.checkpoints.steps()))
+
+    def load_pending(self, step: int) -> dict:
+        """The batches saved with the checkpoint after `step` updates (`save_pending`)."""
+        return ahead.load_pending(self.directory, step)
+
+    def stop_if_signalled(self, state, signum: int | None, run_dir: str | None,
+                          pending: Callable[[], dict] = dict) -> None:
         """After a step: when this or any other process got SIGINT or SIGTERM (`signum`),
-        saves `state`, closes the directory and raises `Interrupted` (every process at the
-        same step)."""
+        saves `state` with the batches produced ahead for later updates (`pending()`), closes
+        the directory and raises `Interrupted` (every process at the same step)."""
         signals = [s for s in distributed.gather_objects(signum) if s]
         if signals:
-            if int(state.step) not in self.checkpoints.steps():  # a due one may hold it
+            step = int(state.step)
+            if step not in self.checkpoints.steps():  # a due one may hold it
                 self.checkpoints.save(state)
+                self.save_pending(step, pending())
             self.close()
-            raise Interrupted(signals[0], int(state.step), run_dir)
+            raise Interrupted(signals[0], step, run_dir)
 
     def write(self, row: dict, records: Mapping[str, list[dict]] | None = None,
               **postfix: str) -> None:

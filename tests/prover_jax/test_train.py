@@ -25,7 +25,7 @@ from prover_jax.model_policy import SamplingConfig
 from prover_jax.plot import read_metrics
 from prover_jax.rollout import Episode
 from prover_jax.run_files import check_run_config, write_run_config
-from prover_jax.run_settings import TrainConfig
+from prover_jax.run_settings import AsyncConfig, TrainConfig
 from prover_jax.settings import ChatConfig, EvalConfig
 from prover_jax.train import closing_lines, credit_lines, main
 from prover_jax.trainer import (
@@ -145,13 +145,15 @@ def test_train_runs_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_tree_and_scheduled_rollouts(tmp_path):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_tree_and_scheduled_rollouts(tmp_path, staleness):
     """spo-tree trains on its trees' leaves; budget-matched GRPO's schedule sets each step's
-    group size."""
+    group size; both in the synchronous loop and a step ahead of the learner."""
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
     cfg, params = tiny_model(len(tokenizer))
     small = {"groups": 1, "max_actions": 2, "workers": 1,
-             "sampling": SamplingConfig(max_new_tokens=4, min_prompt_tokens=512)}
+             "sampling": SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
+             "asynchronous": AsyncConfig(max_staleness=staleness)}
     quiet = {"log": lambda line: None}
     scheduled = train(TrainConfig(credit="budget-matched-grpo", steps=2, **small,
                                   credit_config={"schedule": ((0, 2), (1, 3))},
@@ -260,6 +262,15 @@ def test_a_run_from_before_the_chat_setting_resumes(tmp_path):
     check_run_config(tmp_path, resolved)
     with pytest.raises(ValueError, match=r"chat\.reply: 'text' -> 'tool_call'"):
         check_run_config(tmp_path, TrainConfig(chat=ChatConfig("tool_call")))
+
+
+def test_a_run_from_before_a_setting_existed_resumes_with_its_default(tmp_path):
+    written = without_secrets(to_dict(TrainConfig()))
+    del written["asynchronous"], written["architecture"]  # settings added since
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    check_run_config(tmp_path, TrainConfig())
+    with pytest.raises(ValueError, match=r"asynchronous\.max_staleness: 0 -> 1"):
+        check_run_config(tmp_path, TrainConfig(asynchronous=AsyncConfig(max_staleness=1)))
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -373,6 +384,46 @@ def test_a_run_interrupted_and_resumed_is_bit_identical_to_an_uninterrupted_one(
     states = [Checkpoints(run / "checkpoints").restore(learner.abstract_state())
               for run in (whole, cut)]
     assert int(states[0].step) == int(states[1].step) == 4
+    for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.slow
+def test_an_asynchronous_run_killed_and_resumed_is_bit_identical_to_an_uninterrupted_one(
+        tmp_path):
+    """With a staleness bound of 1, update t trains on a batch sampled with update t - 1's
+    params (update 0's: the first two). A process sent SIGTERM stops after its step, saving
+    the batch it produced for the next with its checkpoint; resumed, then SIGKILLed in the
+    middle of step 4, its last checkpoint (after step 3) holding the batch it had produced
+    for step 4, it resumes to the metrics and params of a run that never stopped."""
+    args = [*KILL_ARGS, "--credit", "prover+vict", "--steps", "5", "--checkpoint-every", "3",
+            "--set", "asynchronous.max_staleness=1"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    main([*args, "--run-dir", str(whole)])
+    assert [row["async/staleness"] for row in read_metrics(whole)] == [0, 1, 1, 1, 1]
+
+    def started() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "prover_jax.train", *args, "--run-dir",
+                                 str(cut)], start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    process = started()
+    output = _interrupt_when(process, cut / "metrics.jsonl", 1, signal.SIGTERM)
+    assert process.returncode == 128 + signal.SIGTERM, output[-2000:]
+    done = len(read_metrics(cut))
+    assert [p.name for p in (cut / "pending").glob("*.pkl")] == [f"{done}.pkl"]
+    process = started()
+    output = _interrupt_when(process, cut / "metrics.jsonl", 4, signal.SIGKILL)
+    assert process.returncode == -signal.SIGKILL, output[-2000:]
+    assert f"{done} of 5 steps done" in output
+    assert "3.pkl" in {p.name for p in (cut / "pending").glob("*.pkl")}
+    main([*args, "--run-dir", str(cut)])
+    assert without_times(read_metrics(cut)) == without_times(read_metrics(whole))
+    tokenizer = tiny_tokenizer(environment_texts(envs.make("household")))
+    cfg, _ = tiny_model(len(tokenizer))
+    learner = Learner(cfg, TrainConfig().learner)
+    states = [Checkpoints(run / "checkpoints").restore(learner.abstract_state())
+              for run in (whole, cut)]
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

@@ -1,0 +1,161 @@
+"""Batches produced ahead of the learner: bounded-staleness asynchronous updates
+(`prover_jax.run_settings.AsyncConfig`).
+
+The batch of update t (its rollout, the credit method's host side, and credit: a `Produced`)
+is sampled with the params of update ``max(0, t - s)``, s the staleness bound. With s = 0 that
+is update t's own params, and `Inline` produces each batch when the learner asks for it: the
+synchronous loop. With s > 0, `Ahead` produces batches in a thread while the learner trains on
+earlier ones, waiting for the params each batch needs, so none is older than the bound and a
+run is the same whatever the timing. The batches produced for updates a checkpoint has not yet
+made are saved with it (`save_pending`), so a resumed run trains on exactly the batches the
+interrupted one would have.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PENDING = "pending"  # the run directory's folder of in-flight batches, one file per checkpoint
+
+Produce = Callable[[int, Any, int], Any]  # (step, sampler params, their version) -> Produced
+
+
+def version_of(step: int, staleness: int) -> int:
+    """The params version (updates made) the batch of update `step` is sampled with."""
+    return max(0, step - staleness)
+
+
+class Inline:
+    """The synchronous loop: each batch produced when asked for, with the latest params."""
+
+    staleness = 0
+
+    def __init__(self, produce: Produce):
+        self._produce = produce
+        self._params: tuple[int, Any] | None = None
+
+    def offer(self, version: int, params) -> None:
+        """The sampler's params after `version` updates."""
+        self._params = (version, params)
+
+    def take(self, step: int):
+        """The batch of update `step`."""
+        version, params = self._params
+        assert version == step, (version, step)
+        self._params = None
+        return self._produce(step, params, version)
+
+    def pending(self, step: int) -> dict[int, Any]:
+        """The produced batches of updates `step` on: none."""
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class Ahead:
+    """Produces the batches of updates `first` .. `steps - 1` in a thread, update t's with the
+    params of version `version_of(t, staleness)`; `pending` are batches already produced (a
+    resumed run's, `load_pending`).
+
+    The learner `offer`s the sampler's params after each update, then `take`s the next batch,
+    waiting for it if the thread has not produced it yet. An exception in the thread is
+    raised by the next `take` or `pending`.
+    """
+
+    def __init__(self, produce: Produce, staleness: int, first: int, steps: int,
+                 pending: dict[int, Any]):
+        self.staleness = staleness
+        self._produce, self._steps = produce, steps
+        self._params: dict[int, Any] = {}
+        self._ready = dict(pending)
+        self._error: BaseException | None = None
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, args=(first + len(pending),),
+                                        name="rollouts ahead", daemon=True)
+        self._thread.start()
+
+    def _loop(self, first: int) -> None:
+        try:
+            for step in range(first, self._steps):
+                version = version_of(step, self.staleness)
+                with self._changed:
+                    self._changed.wait_for(
+                        lambda version=version: version in self._params or self._closed)
+                    if self._closed:
+                        return
+                    params = self._params[version]
+                produced = self._produce(step, params, version)
+                with self._changed:
+                    self._ready[step] = produced
+                    for old in [v for v in self._params if v < version]:
+                        del self._params[old]
+                    self._changed.notify_all()
+        except BaseException as error:  # raised again in the learner's thread
+            with self._changed:
+                self._error = error
+                self._changed.notify_all()
+
+    def offer(self, version: int, params) -> None:
+        """The sampler's params after `version` updates (a copy the learner will not change)."""
+        with self._changed:
+            self._params[version] = params
+            self._changed.notify_all()
+
+    def _wait(self, steps: range) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._error is not None
+                                   or all(s in self._ready for s in steps))
+            if self._error is not None:
+                raise self._error
+
+    def take(self, step: int):
+        """The batch of update `step`, once produced."""
+        self._wait(range(step, step + 1))
+        with self._changed:
+            return self._ready.pop(step)
+
+    def pending(self, step: int) -> dict[int, Any]:
+        """The batches of updates `step` .. `step + staleness - 1` (within the run), once
+        produced: what a checkpoint after `step` updates saves."""
+        steps = range(step, min(step + self.staleness, self._steps))
+        self._wait(steps)
+        with self._changed:
+            return {s: self._ready[s] for s in steps}
+
+    def close(self) -> None:
+        """Stops the thread after the batch it is producing (if any), without waiting."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+
+def save_pending(directory: Path, step: int, batches: dict[int, Any], keep: set[int]) -> None:
+    """Writes the in-flight `batches` of the checkpoint after `step` updates (atomically), and
+    removes the files of checkpoints not in `keep`."""
+    folder = directory / PENDING
+    folder.mkdir(exist_ok=True)
+    partial = folder / f"{step}.partial"
+    partial.write_bytes(pickle.dumps(batches))
+    partial.replace(folder / f"{step}.pkl")
+    for path in folder.glob("*.pkl"):
+        if int(path.stem) not in keep | {step}:
+            path.unlink()
+
+
+def load_pending(directory: Path, step: int) -> dict[int, Any]:
+    """The in-flight batches saved with the checkpoint after `step` updates.
+
+    Raises:
+      ValueError: none were saved with it.
+    """
+    path = directory / PENDING / f"{step}.pkl"
+    if not path.exists():
+        raise ValueError(f"{directory} holds an asynchronous run whose checkpoint at step {step} "
+                         f"has no in-flight batches ({path}); it cannot resume exactly")
+    return pickle.loads(path.read_bytes())
