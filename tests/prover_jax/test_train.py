@@ -169,6 +169,26 @@ def test_tree_and_scheduled_rollouts(tmp_path, staleness):
     assert np.isfinite(tree["learner/loss"])
 
 
+def test_a_bf16_sampler_against_a_float32_learner_is_measured_and_corrected(tmp_path):
+    """The sampler in bfloat16, the learner in float32: each step logs their mismatch on the
+    sampled tokens and the truncated importance weights that correct for it."""
+    tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=3))
+    cfg, params = tiny_model(len(tokenizer))
+    learner = TrainConfig().learner
+    config = TrainConfig(
+        env="household", steps=1, groups=1, group_size=2, max_actions=2, workers=1,
+        run_dir=str(tmp_path),
+        sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512, dtype="bfloat16"),
+        learner=dataclasses.replace(learner, loss=dataclasses.replace(
+            learner.loss, is_correction="tis", is_cap=1.001)))
+    row = train(config, cfg, params, tokenizer, log=lambda line: None)[0]
+    assert row["learner/behaviour_gap"] > 1e-4  # bf16 rounding, not float32's 1e-7
+    assert 0 < row["learner/is_truncated"] < 1
+    assert row["learner/is_weight_max"] == pytest.approx(1.001)  # the cap, in float32
+    assert row["learner/is_weight"] < row["learner/is_weight_max"]
+    assert "IS truncated" in step_line(row, 1)
+
+
 @pytest.mark.slow
 def test_a_positive_control_trains_and_the_choice_probe_is_logged(tmp_path):
     """The dense oracle credit on household-pivot, with the choice probe as the only
