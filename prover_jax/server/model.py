@@ -27,7 +27,12 @@ a block that parses is sent as one whole tool call, one that does not stays text
 touching a parsed block is dropped (what Qwen writes around its calls). A row ends at a stop
 token, at a stop string, at its budget, or when its client goes away: a cancelled request's rows
 are idle in the next chunk (nothing sampled for them; `abandoned_rows` counts them) and the
-batch ends when no row is left. Requests that arrive meanwhile wait for the next batch.
+batch ends when no row is left. A request that arrives meanwhile joins the running batch at the
+next chunk where it can (`joins` counts them): in rows that finished or were spare, with the
+batch's temperature and top-p, no seed, and no top log-probs or penalties the batch's program
+lacks. Its prompt is prefilled into those rows (`kv_cache.prefill_rows`) while the other rows
+keep their cache, which is compacted and grown as the rows need; it decodes token for token
+what it would alone. Other requests wait for the next batch.
 
 Log-probs and penalties. ``logprobs`` are those of the distribution each token was drawn from,
 before top-p truncation: softmax((logits - penalties) / temperature), temperature 0 read as 1
@@ -267,6 +272,7 @@ class ModelBackend(Backend):
                                       tokenizers.decoders.ByteLevel)
         self.generate_calls = 0  # sampler calls (decode chunks) run so far
         self.batches = 0  # batches decoded so far
+        self.joins = 0  # times waiting requests joined a running batch
         self.abandoned_rows = 0  # rows stopped because their client went away
         self._slots = threading.Semaphore(queue_capacity)  # requests queued or decoding
         self._queue: queue.Queue[_Job | None] = queue.Queue()
@@ -417,7 +423,10 @@ class ModelBackend(Backend):
 
     def decode(self, jobs: Sequence[_Job]) -> None:
         """Decodes the jobs' choices as one batch, chunk by chunk, putting each chunk's pieces
-        into the jobs' streams and finishing them (rows and lengths bucketed)."""
+        into the jobs' streams and finishing them (rows and lengths bucketed). Between chunks,
+        waiting requests the batch can take (`_joining`) join it in the rows that finished
+        or were spare: their prompts are prefilled into those rows while the other rows keep
+        their place."""
         choices = [_Choice(self, job, i) for job in jobs for i in range(job.request.n)]
         rows = bucket(len(choices))
         length = bucket(max(len(j.prompt) for j in jobs))
@@ -429,33 +438,37 @@ class ModelBackend(Backend):
             prompt = choice.job.prompt
             tokens[row, length - len(prompt):] = prompt
             positions[row, length - len(prompt):] = np.arange(len(prompt))
-        temperature, top_p = jobs[0].knobs
+        knobs = jobs[0].knobs
+        temperature, top_p = knobs
         keys = self._row_keys(choices, rows)
         penalties = self._penalties(choices, rows)
         top = (min(TOP_LOGPROBS, self.cfg.vocab_size)
                if any(c.job.request.top_logprobs for c in choices) else 0)
         cache = kv_cache.empty(self.cfg, rows, slots)
         self.batches += 1
-        decoded, chunk = 0, 1
+        table: list[_Choice | None] = [*choices, *[None] * (rows - len(choices))]
+        offsets = np.zeros(rows, np.int32)  # tokens each row's choice decoded: its keys' place
+        first, chunk = True, 1
         while True:
             # numpy scalars: no eager JAX op per call (the host's share of a chunk matters)
             out = generate(self.params, self.cfg, tokens, positions, cache,
-                           _chunk_keys(keys, np.int32(decoded)),
-                           max_tokens=1 if decoded == 0 else CHUNK_TOKENS,
+                           _chunk_keys(keys, offsets),
+                           max_tokens=1 if first else CHUNK_TOKENS,
                            max_new_tokens=np.int32(chunk),
                            stop_tokens=self.stop_ids, temperature=np.float32(temperature),
                            top_p=np.float32(top_p), pad_id=self.pad_id, penalties=penalties,
                            top_logprobs=top, write_last=False)
             self.generate_calls += 1
-            decoded += chunk
+            first = False
             cache = out.cache
             if penalties is not None:
                 penalties = penalties._replace(counts=out.counts)
             ids, logprobs, lengths, following, top_ids, top_lps = jax.device_get(
                 (out.tokens, out.logprobs, out.lengths, out.next_positions, out.top_tokens,
                  out.top_logprobs))
-            for row, choice in enumerate(choices):
-                if choice.done:
+            offsets += lengths
+            for row, choice in enumerate(table):
+                if choice is None or choice.done:
                     continue
                 if choice.job.stream.cancelled:  # the client went away: the row stops
                     choice.done = True
@@ -466,19 +479,109 @@ class ModelBackend(Backend):
                     ids[row, :n].tolist(), logprobs[row, :n].tolist(),
                     None if top_ids is None else top_ids[row, :n],
                     None if top_lps is None else top_lps[row, :n]))
-            for job in jobs:
-                if all(c.done for c in choices if c.job is job):
-                    job.stream.finish()
-            live = [row for row, c in enumerate(choices) if not c.done]
-            if not live:
-                return
-            remaining = max(choices[r].job.max_tokens - len(choices[r].ids) for r in live)
-            chunk = min(CHUNK_TOKENS, remaining)
+            held = {id(c.job): c.job for c in table if c is not None}
+            for job in held.values():
+                if all(c.done for c in table if c is not None and c.job is job):
+                    job.stream.finish()  # once: a finished stream ignores it
             tokens = np.full((rows, 1), self.pad_id, np.int32)
             positions = np.full((rows, 1), -1, np.int32)
-            for row in live:  # the last token, not yet in the cache, prefilled next
-                tokens[row, 0] = ids[row, lengths[row] - 1]
-                positions[row, 0] = following[row] - 1
+            for row, choice in enumerate(table):  # the last token, not in the cache, goes next
+                if choice is not None and not choice.done:
+                    tokens[row, 0] = ids[row, lengths[row] - 1]
+                    positions[row, 0] = following[row] - 1
+            free = [row for row, c in enumerate(table) if c is None or c.done]
+            joining = self._joining(len(free), knobs, top, penalties is not None)
+            if joining:
+                joined = [_Choice(self, job, i) for job in joining for i in range(job.request.n)]
+                at = free[: len(joined)]
+                cache = self._prefill(cache, joined, at, tokens, positions)
+                keys = self._joined_keys(keys, at)
+                penalties = self._joined_penalties(penalties, joined, at)
+                for row, choice in zip(at, joined):
+                    table[row] = choice
+                    offsets[row] = 0
+            live = [row for row, c in enumerate(table) if c is not None and not c.done]
+            if not live:
+                return
+            remaining = max(table[r].job.max_tokens - len(table[r].ids) for r in live)
+            chunk = min(CHUNK_TOKENS, remaining)
+            cache = _with_room(cache, 1 + CHUNK_TOKENS)
+
+    def _joining(self, free: int, knobs: tuple[float, float], top: int, penalties: bool
+                 ) -> list[_Job]:
+        """Waiting requests a running batch can take into `free` rows: unseeded, with its
+        temperature and top-p, and no top log-probs or penalties its program lacks; the
+        others go back in line, in order."""
+        taken, back = [], []
+        while free:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:  # closing: the worker sees it after this batch
+                back.append(job)
+                break
+            request = job.request
+            fits = (request.seed is None and job.knobs == knobs and request.n <= free
+                    and (top or not request.top_logprobs)
+                    and (penalties or not (request.presence_penalty
+                                           or request.frequency_penalty)))
+            if job.stream.cancelled:
+                continue
+            if fits:
+                taken.append(job)
+                free -= request.n
+            else:
+                back.append(job)
+        for job in back:
+            self._queue.put(job)
+        return taken
+
+    def _prefill(self, cache, joined: Sequence[_Choice], at: Sequence[int], tokens: np.ndarray,
+                 positions: np.ndarray):
+        """The cache with rows `at` emptied and each joined choice's prompt but its last
+        token prefilled into its row (distinct prompts once); the last token goes in `tokens`
+        and `positions` [rows, 1] for the next chunk, like a continuing row's."""
+        rows = cache.valid.shape[0]
+        cache = kv_cache.reset_rows(cache, np.isin(np.arange(rows), at))
+        heads = {tuple(c.job.prompt[:-1]): None for c in joined if len(c.job.prompt) > 1}
+        if heads:
+            index = {head: i for i, head in enumerate(heads)}
+            length = bucket(max(map(len, heads)))
+            cache = _with_room(cache, length + 1 + CHUNK_TOKENS)
+            head_tokens = np.full((bucket(len(heads)), length), self.pad_id, np.int32)
+            head_positions = np.full(head_tokens.shape, -1, np.int32)
+            for head, i in index.items():
+                head_tokens[i, length - len(head):] = head
+                head_positions[i, length - len(head):] = np.arange(len(head))
+            sources = np.full(rows, -1, np.int32)
+            for row, choice in zip(at, joined):
+                sources[row] = index.get(tuple(choice.job.prompt[:-1]), -1)
+            cache = kv_cache.prefill_rows(self.params, self.cfg, cache, head_tokens,
+                                          head_positions, sources)
+        for row, choice in zip(at, joined):
+            tokens[row, 0] = choice.job.prompt[-1]
+            positions[row, 0] = len(choice.job.prompt) - 1
+        return cache
+
+    def _joined_keys(self, keys: jax.Array, at: Sequence[int]) -> jax.Array:
+        """The rows' keys with rows `at` given new ones (from the count of joins so far)."""
+        self.joins += 1
+        fresh = _split_keys(np.uint32((self.batches + (self.joins << 16)) % 2**32), len(at))
+        return keys.at[np.asarray(at)].set(fresh)
+
+    def _joined_penalties(self, penalties: Penalties | None, joined: Sequence[_Choice],
+                          at: Sequence[int]) -> Penalties | None:
+        """The batch's penalties with rows `at` taken by the joined choices (no tokens counted
+        yet)."""
+        if penalties is None:
+            return None
+        rows = np.asarray(at)
+        presence, frequency = np.array(penalties.presence), np.array(penalties.frequency)
+        presence[rows] = [c.job.request.presence_penalty for c in joined]
+        frequency[rows] = [c.job.request.frequency_penalty for c in joined]
+        counts = jnp.asarray(penalties.counts).at[rows].set(0)
+        return Penalties(counts, presence, frequency)
 
     def _row_keys(self, choices: Sequence[_Choice], rows: int) -> jax.Array:
         """One key per row: a seeded request's choice i from (seed, i), else from the batch's
@@ -503,10 +606,21 @@ class ModelBackend(Backend):
 
 
 @jax.jit
-def _chunk_keys(keys: jax.Array, offset: jax.Array) -> jax.Array:
-    """The rows' keys for the chunk starting at token `offset` (the sampler folds in the
-    column within the chunk)."""
-    return jax.vmap(jax.random.fold_in, (0, None))(keys, offset)
+def _chunk_keys(keys: jax.Array, offsets: jax.Array) -> jax.Array:
+    """The rows' keys for a chunk starting at each row's token `offsets` [rows] (the sampler
+    folds in the column within the chunk)."""
+    return jax.vmap(jax.random.fold_in)(keys, offsets)
+
+
+def _with_room(cache, needed: int):
+    """`cache` with `needed` free slots after its length: compacted, and grown to a power of
+    two where that is not enough."""
+    if int(cache.length) + needed <= cache.valid.shape[1]:
+        return cache
+    cache = kv_cache.compact(cache)
+    if int(cache.length) + needed > cache.valid.shape[1]:
+        cache = kv_cache.resize(cache, bucket(int(cache.length) + needed))
+    return cache
 
 
 @functools.partial(jax.jit, static_argnums=1)

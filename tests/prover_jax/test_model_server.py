@@ -164,13 +164,19 @@ def test_bad_requests_are_400s_naming_the_problem(backend, client):
 def test_full_queue_is_a_503_a_gone_client_frees_its_place_and_a_crash_is_a_500(
         folder, monkeypatch):
     model = ModelBackend(folder, name="tiny", queue_capacity=2)
-    release, decode, decoded = threading.Event(), model.decode, []
+    release, decode, joining, decoded = threading.Event(), model.decode, model._joining, []
 
     def held(jobs):
         decoded.extend(job.request.messages[0]["content"] for job in jobs)
         return release.wait(60) and decode(jobs)
 
+    def joined(*args):  # requests that join a running batch are decoded too
+        jobs = joining(*args)
+        decoded.extend(job.request.messages[0]["content"] for job in jobs)
+        return jobs
+
     monkeypatch.setattr(model, "decode", held)
+    monkeypatch.setattr(model, "_joining", joined)
     with serve(model) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
         impatient = client.with_options(timeout=1.0)
@@ -553,3 +559,41 @@ def test_the_command_line_checks_its_chat_setting(folder, capsys):
         with pytest.raises(SystemExit):
             main(["--model", str(folder), "--set", argument])
         assert message in capsys.readouterr().err
+
+
+def prompt_of(backend, text):
+    request = [{"role": "user", "content": text}]
+    prompt = backend.tokenizer.apply_chat_template(request, add_generation_prompt=True,
+                                                   tokenize=True)
+    return list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+
+
+def test_a_request_that_arrives_mid_batch_joins_it_token_for_token(backend, client,
+                                                                   monkeypatch):
+    """A greedy request decoding a long reply (each chunk slowed down), and one that arrives
+    once its first text is out: the second joins the running batch in a spare row at the next
+    chunk (no second batch), its prompt prefilled there while the first row keeps its cache,
+    and both replies are the sampler's own solo greedy decodes."""
+    long = next(text for text in (f"open cabinet {i}" for i in range(40))
+                if len(backend.tokenizer(solo_greedy(backend, prompt_of(backend, text), 64))[
+                    "input_ids"]) >= 48)  # no stop token early on: the batch runs a while
+    real = model_module.generate
+
+    def slowed(*args, **kwargs):
+        time.sleep(0.1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_module, "generate", slowed)
+    batches, joins = backend.batches, backend.joins
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        stream = ask(client, long, temperature=0.0, max_tokens=64, stream=True)
+        chunks = iter(stream)
+        first = [next(c for c in chunks if c.choices and c.choices[0].delta.content)]
+        late = pool.submit(ask, client, "take key 1", temperature=0.0, max_tokens=8)
+        rest = list(chunks)
+        reply = late.result()
+    assert backend.batches == batches + 1 and backend.joins == joins + 1
+    streamed = collect([*first, *rest])[0][0]["content"]
+    assert streamed == solo_greedy(backend, prompt_of(backend, long), 64)
+    assert reply.choices[0].message.content == solo_greedy(
+        backend, prompt_of(backend, "take key 1"), 8)
