@@ -3,8 +3,11 @@
 A random Qwen3 (a small shape, saved as a Hugging Face folder) is served on loopback by
 `prover_jax.server.model.ModelBackend`. For 1, 8 and 32 concurrent `openai` clients, each sends
 streamed requests of a short chat (greedy, a fixed number of new tokens) until the run's
-requests are done. "batched" gathers concurrent requests into one decode (``max_batch=32``);
-"sequential" serves them one at a time (``max_batch=1``), what a server without batching does.
+requests are done, so after the first round the requests arrive staggered, each when its
+client's last reply ended. "continuous" gathers concurrent requests into one decode
+(``max_batch=32``) and lets a request that arrives during a decode join it at its next chunk;
+"batched" is the same without joining (a request waits for the next decode); "sequential"
+serves them one at a time (``max_batch=1``), what a server without batching does.
 Every row bucket is compiled before timing (`ModelBackend.warm_up`). Latency is to the end of
 the stream; time to first token (TTFT) to the first chunk with text, which the server sends
 after the decode's first chunk (the prefill and one token), queueing included.
@@ -79,18 +82,21 @@ def run(requests: int = 64, tokens: int = 32, clients=CLIENTS, shape: TinyModel 
     results = []
     with tempfile.TemporaryDirectory() as folder:
         make_model(Path(folder), shape)
-        for mode, batch in (("sequential", 1), ("batched", max(clients))):
+        for mode, batch, join in (("sequential", 1, False), ("batched", max(clients), False),
+                                  ("continuous", max(clients), True)):
             backend = ModelBackend(folder, MODEL, max_batch=batch,
-                                   queue_capacity=4 * max(clients))
+                                   queue_capacity=4 * max(clients), join=join)
             try:
                 backend.warm_up(ChatRequest(MODEL, ({"role": "user", "content": PROMPT % 0},),
                                             max_tokens=tokens, temperature=0.0))
                 with serve(backend) as base_url:
                     for count in clients:
                         batches = backend.batches
+                        joins = backend.joins
                         row = {"mode": mode, "clients": count, "requests": requests,
                                "tokens": tokens, **load(base_url, count, requests, tokens),
-                               "decodes": backend.batches - batches}
+                               "decodes": backend.batches - batches,
+                               "joins": backend.joins - joins}
                         print(row, flush=True)
                         results.append(row)
             finally:
@@ -100,15 +106,20 @@ def run(requests: int = 64, tokens: int = 32, clients=CLIENTS, shape: TinyModel 
 
 def table(results: list[dict]) -> str:
     sequential = {r["clients"]: r for r in results if r["mode"] == "sequential"}
+    batched = {r["clients"]: r for r in results if r["mode"] == "batched"}
     lines = [("| clients | mode | requests/s | p50 s | p95 s | TTFT p50 s | TTFT p90 s | "
-              "decodes | vs sequential |"),
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "decodes | joins | vs sequential | vs batched |"),
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def ratio(r: dict, base: dict | None) -> str:
+        return f"{r['requests_per_s'] / base['requests_per_s']:.2f}x" if base else "-"
+
     for r in results:
-        base = sequential.get(r["clients"])
-        ratio = f"{r['requests_per_s'] / base['requests_per_s']:.2f}x" if base else "-"
         lines.append(f"| {r['clients']} | {r['mode']} | {r['requests_per_s']:.2f} | "
                      f"{r['p50_s']:.3f} | {r['p95_s']:.3f} | {r['ttft_p50_s']:.3f} | "
-                     f"{r['ttft_p90_s']:.3f} | {r['decodes']} | {ratio} |")
+                     f"{r['ttft_p90_s']:.3f} | {r['decodes']} | {r.get('joins', 0)} | "
+                     f"{ratio(r, sequential.get(r['clients']))} | "
+                     f"{ratio(r, batched.get(r['clients']))} |")
     return "\n".join(lines)
 
 

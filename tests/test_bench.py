@@ -142,10 +142,13 @@ def test_server_bench_runs():
                             head_dim=8, tokenizer_episodes=5)
     rows = bench.run(requests=4, tokens=4, clients=(1, 2), shape=shape)
     assert [(r["mode"], r["clients"]) for r in rows] == [
-        ("sequential", 1), ("sequential", 2), ("batched", 1), ("batched", 2)]
+        ("sequential", 1), ("sequential", 2), ("batched", 1), ("batched", 2),
+        ("continuous", 1), ("continuous", 2)]
     assert all(r["requests_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0 for r in rows)
     assert rows[1]["decodes"] == 4 and rows[3]["decodes"] <= 4  # one request a decode, or fewer
-    assert "| 2 | batched |" in bench.table(rows)
+    assert rows[3]["joins"] == 0  # without joining, each request is in one decode's start
+    assert rows[5]["decodes"] + rows[5]["joins"] == 4  # every request starts one or joins one
+    assert "| 2 | continuous |" in bench.table(rows)
 
 
 def test_vict_diagnostics_bench_runs():

@@ -246,6 +246,8 @@ class ModelBackend(Backend):
       template_kwargs: default arguments of the chat template (e.g. ``{"enable_thinking":
         False}``), over those of the chat setting stored with the model (`runs.stored_chat`:
         what it was trained with); a request's ``chat_template_kwargs`` go over them.
+      join: whether a request that arrives during a batch may join it (False: it waits for
+        the next batch).
 
     Raises:
       ValueError: a template argument the model's chat template does not read.
@@ -253,7 +255,8 @@ class ModelBackend(Backend):
 
     def __init__(self, path: str | Path, name: str | None = None, max_batch: int = 8,
                  queue_capacity: int = 64, default_max_tokens: int = 256,
-                 context: int | None = None, template_kwargs: Mapping[str, Any] | None = None):
+                 context: int | None = None, template_kwargs: Mapping[str, Any] | None = None,
+                 join: bool = True):
         self.cfg, params, self.tokenizer = runs.load(path)
         stored = runs.stored_chat(path)
         self.template_kwargs = {**(stored.template if stored else {}), **(template_kwargs or {})}
@@ -261,6 +264,7 @@ class ModelBackend(Backend):
         self.params = sampling_params(params, self.cfg)
         self.name = name or Path(path).name
         self.max_batch, self.default_max_tokens = max_batch, default_max_tokens
+        self.join = join
         self.max_choices = max_batch
         self.context = context or self.cfg.max_position_embeddings
         self.pad_id = self.tokenizer.pad_token_id or 0
@@ -272,7 +276,7 @@ class ModelBackend(Backend):
                                       tokenizers.decoders.ByteLevel)
         self.generate_calls = 0  # sampler calls (decode chunks) run so far
         self.batches = 0  # batches decoded so far
-        self.joins = 0  # times waiting requests joined a running batch
+        self.joins = 0  # requests that joined a running batch
         self.abandoned_rows = 0  # rows stopped because their client went away
         self._slots = threading.Semaphore(queue_capacity)  # requests queued or decoding
         self._queue: queue.Queue[_Job | None] = queue.Queue()
@@ -490,8 +494,10 @@ class ModelBackend(Backend):
                     tokens[row, 0] = ids[row, lengths[row] - 1]
                     positions[row, 0] = following[row] - 1
             free = [row for row, c in enumerate(table) if c is None or c.done]
-            joining = self._joining(len(free), knobs, top, penalties is not None)
+            joining = (self._joining(len(free), knobs, top, penalties is not None)
+                       if self.join else [])
             if joining:
+                self.joins += len(joining)
                 joined = [_Choice(self, job, i) for job in joining for i in range(job.request.n)]
                 at = free[: len(joined)]
                 cache = self._prefill(cache, joined, at, tokens, positions)
@@ -566,7 +572,6 @@ class ModelBackend(Backend):
 
     def _joined_keys(self, keys: jax.Array, at: Sequence[int]) -> jax.Array:
         """The rows' keys with rows `at` given new ones (from the count of joins so far)."""
-        self.joins += 1
         fresh = _split_keys(np.uint32((self.batches + (self.joins << 16)) % 2**32), len(at))
         return keys.at[np.asarray(at)].set(fresh)
 
