@@ -147,7 +147,7 @@ def test_server_bench_runs():
     assert all(r["requests_per_s"] > 0 and r["p95_s"] >= r["p50_s"] > 0 for r in rows)
     assert rows[1]["decodes"] == 4 and rows[3]["decodes"] <= 4  # one request a decode, or fewer
     assert rows[3]["joins"] == 0  # without joining, each request is in one decode's start
-    assert rows[5]["decodes"] + rows[5]["joins"] == 4  # every request starts one or joins one
+    assert 1 <= rows[5]["decodes"] + rows[5]["joins"] <= 4  # a request starts, shares or joins
     assert "| 2 | continuous |" in bench.table(rows)
 
 
