@@ -773,6 +773,7 @@ def group_rng(seed: int, group: int, use: str) -> random.Random:
 # A step's key figures in its log line (metrics.jsonl name -> label); the rest are in the file.
 KEY_FIGURES = {
     "learner/loss": "loss", "learner/is_truncated": "IS truncated",
+    "async/staleness": "staleness",
     "sft/nll": "nll", "sft/heldout_nll": "held-out nll",
     "credit/prover/eligible_groups": "eligible groups", "credit/prover/valid_proposals":
     "verified", "credit/prover/accepted": "accepted", "credit/prover/mean_delta": "mean Δ",

@@ -590,5 +590,6 @@ def test_a_step_logs_one_short_line_of_its_key_figures():
                                   "accepted 2 | 4.5 s")
     assert step_line({"step": 0, "sft/nll": 2.5, "time/learner_s": 1.0}, 3) == (
         "step 1/3: nll 2.5 | 1.0 s")
-    corrected = {**row, "learner/is_truncated": 0.0125, "learner/is_weight": 1.0}
-    assert ", IS truncated 0.0125," in step_line(corrected, 10)
+    corrected = {**row, "learner/is_truncated": 0.0125, "learner/is_weight": 1.0,
+                 "async/staleness": 1.0}
+    assert ", IS truncated 0.0125, staleness 1," in step_line(corrected, 10)
