@@ -101,6 +101,7 @@ BUDGET_OF = {"grpo-budget-matched": "prover"}  # arm -> the arm whose cost it ma
 SUCCESS = "eval/greedy/success"
 SAMPLED_SUCCESS = "eval/sampled/success"
 PROBE = "eval/probe/score"  # the pivotal testbed's primary metric (`prover_jax.choice_probe`)
+DISCRIMINATION = "discrimination_area"  # p(right) - p(wrong), averaged over a run's probes
 RECORD = ("config.json", "metrics.jsonl")  # a run's record
 FINAL_EVAL = "final_eval.json"  # in a powered run's record: `final_evaluation`
 # A smoke SFT starts from a tiny model of its own, never from a recorded one.
@@ -448,10 +449,12 @@ def powered_table(summary: dict, start_success: float) -> str:
 
 def probe_figures(run_dir: Path) -> dict[str, float]:
     """A pivotal-testbed run's figures: its probe area (the mean of its choice-probe scores,
-    the one before its first update included), its first and last probe score and last
-    probabilities of taking the goal object and a look-alike, its final sampled success if it
-    recorded one (`FINAL_EVAL`), and averaged over its updates its `PIVOT_PER_UPDATE`
-    diagnostics and seconds per update."""
+    the one before its first update included), its discrimination area (the mean over the
+    same probes of p(take the goal object) - p(take a look-alike): the score mixes how often
+    the policy takes any look-alike with whether it takes the right one, this only the
+    latter), its first and last probe score and last probabilities of taking the goal object
+    and a look-alike, its final sampled success if it recorded one (`FINAL_EVAL`), and
+    averaged over its updates its `PIVOT_PER_UPDATE` diagnostics and seconds per update."""
     rows = read_metrics(run_dir)
     probes = [row for row in rows if PROBE in row]
     updates = [row for row in rows if row["step"] >= 0]
@@ -460,6 +463,9 @@ def probe_figures(run_dir: Path) -> dict[str, float]:
     per_update = [key for key in dict.fromkeys(k for r in updates for k in r)
                   if key.startswith(PIVOT_PER_UPDATE)]
     return {"probe_area": float(np.mean([row[PROBE] for row in probes])),
+            DISCRIMINATION: float(np.mean([row["eval/probe/p_right_action"]
+                                           - row["eval/probe/p_wrong_action"]
+                                           for row in probes])),
             "probe_start": probes[0][PROBE], "probe_final": probes[-1][PROBE],
             **{f"{key}_final": probes[-1][f"eval/probe/{key}"]
                for key in ("p_right_action", "p_wrong_action")},
@@ -535,7 +541,7 @@ def summarize_pivot(runs: dict[str, dict[int, Path]], start_success: float) -> d
         shared = [k for k in dict.fromkeys(k for f in ours.values() for k in f)
                   if all(k in f for f in ours.values())]
         tests = {}
-        for key in ("probe_area", SAMPLED_SUCCESS):
+        for key in ("probe_area", DISCRIMINATION, SAMPLED_SUCCESS):
             mine = {seed: f[key] for seed, f in ours.items() if key in f}
             theirs = {seed: f[key] for seed, f in reference.items() if key in f}
             if arm != "grpo" and set(mine) & set(theirs):
@@ -568,8 +574,9 @@ def pivot_table(summary: dict, start_success: float) -> str:
     """The markdown tables of `summarize_pivot`: the primary one (probe area, its paired
     difference to GRPO with its 95% interval, the seeds above GRPO, the one-sided paired
     t-test's p-value raw and Holm-adjusted, the sign test's), the secondary one (final probe,
-    probabilities of taking the goal object and a look-alike, sampled success and its paired
-    difference) and the diagnostics (means over updates and seeds; ProVer's pooled)."""
+    probabilities of taking the goal object and a look-alike, the discrimination area and
+    sampled success with their paired differences) and the diagnostics (means over updates
+    and seeds; ProVer's pooled)."""
     del start_success
 
     def cell(s, key):
@@ -585,11 +592,14 @@ def pivot_table(summary: dict, start_success: float) -> str:
                      f"| {interval_cell(area)} | {above} | {p_cell(area.get('t_p'))} "
                      f"| {p_cell(area.get('t_p_holm'))} | {p_cell(area.get('sign_p'))} |")
     lines += ["", ("| arm | probe at start | final probe | p(take) goal object "
-                   "| p(take) look-alike | final sampled success | - GRPO (95% CI) |"),
-              "|---|---|---|---|---|---|---|"]
+                   "| p(take) look-alike | discrimination area | - GRPO (95% CI) "
+                   "| final sampled success | - GRPO (95% CI) |"),
+              "|---|---|---|---|---|---|---|---|---|"]
     for arm, s in summary.items():
         lines.append(f"| {arm} | {cell(s, 'probe_start')} | {cell(s, 'probe_final')} "
                      f"| {cell(s, 'p_right_action_final')} | {cell(s, 'p_wrong_action_final')} "
+                     f"| {cell(s, DISCRIMINATION)} "
+                     f"| {interval_cell(s['versus_grpo'].get(DISCRIMINATION))} "
                      f"| {cell(s, SAMPLED_SUCCESS)} "
                      f"| {interval_cell(s['versus_grpo'].get(SAMPLED_SUCCESS))} |")
     parts = list(dict.fromkeys(key for s in summary.values() for key in s["means"]

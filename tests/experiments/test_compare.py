@@ -153,8 +153,13 @@ def test_pivot_arms_are_tested_against_grpo_seed_by_seed(tmp_path):
     assert means[compare.UPDATE_SECONDS] == 4.0
     curve = summary["oracle-progress"]["curves"]["1"]
     assert curve["updates"] == [0, 10, 20] and curve["probe"] == pytest.approx([0.6, 0.66, 0.72])
+    # p(right) is half the probe, p(wrong) 0.1: the discrimination area moves by half as much
+    discrimination = summary["oracle-progress"]["versus_grpo"][compare.DISCRIMINATION]
+    assert discrimination["differences"] == pytest.approx(differences / 2)
+    assert means[compare.DISCRIMINATION] == pytest.approx((0.6 + differences.mean()) / 2 - 0.1)
     table = compare.pivot_table(summary, 0.0)
     assert "| oracle-progress | 4 | 0.649 | +0.049 [" in table and "| 4 of 4 |" in table
+    assert "| 0.224 | +0.024 [" in table  # its discrimination area and difference to GRPO
     assert "| grpo | 4 | 0.600 | - | - | - | - | - |" in table
 
 
