@@ -257,3 +257,16 @@ def test_results_summary_quotes_the_recorded_pivot_start():
                    f"groups of 8 with 1-3 successes, probe {second['probe']['score']:.3f})")
     for phrase in phrases:
         assert phrase in summary, phrase
+
+
+def test_the_pilots_secondary_line_quotes_grpos_record():
+    rows = compare.read_metrics(ROOT / "experiments" / "results" / "pivot-pilot" / "grpo-seed0")
+    probes = [row for row in rows if compare.PROBE in row]
+    first, last = probes[0], probes[-1]
+    docs = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    assert (f"its probe score fell from {first[compare.PROBE]:.3f} to {last[compare.PROBE]:.3f}"
+            in docs)
+    assert (f"p(take) of the goal object {first['eval/probe/p_right_action']:.3f} → "
+            f"{last['eval/probe/p_right_action']:.3f}, of a look-alike "
+            f"{first['eval/probe/p_wrong_action']:.3f} → {last['eval/probe/p_wrong_action']:.3f}"
+            in docs)
