@@ -24,9 +24,11 @@ PENDING = "pending"  # the run directory's folder of in-flight batches, one file
 Produce = Callable[[int, Any, int], Any]  # (step, sampler params, their version) -> Produced
 
 
-def version_of(step: int, staleness: int) -> int:
-    """The params version (updates made) the batch of update `step` is sampled with."""
-    return max(0, step - staleness)
+def version_of(step: int, staleness: int, floor: int = 0) -> int:
+    """The params version (updates made) the batch of update `step` is sampled with: that of
+    update ``step - staleness``, or `floor` where that is older (the run's start, or a
+    finished run extended, whose batches in flight were never produced)."""
+    return max(floor, step - staleness)
 
 
 class Inline:
@@ -59,8 +61,8 @@ class Inline:
 
 class Ahead:
     """Produces the batches of updates `first` .. `steps - 1` in a thread, update t's with the
-    params of version `version_of(t, staleness)`; `pending` are batches already produced (a
-    resumed run's, `load_pending`).
+    params of version `version_of(t, staleness, first)`; `pending` are batches already
+    produced (a resumed run's, `load_pending`).
 
     The learner `offer`s the sampler's params after each update, then `take`s the next batch,
     waiting for it if the thread has not produced it yet. An exception in the thread is
@@ -76,6 +78,7 @@ class Ahead:
         self._error: BaseException | None = None
         self._closed = False
         self._changed = threading.Condition()
+        self._floor = first
         self._thread = threading.Thread(target=self._loop, args=(first + len(pending),),
                                         name="rollouts ahead", daemon=True)
         self._thread.start()
@@ -83,7 +86,7 @@ class Ahead:
     def _loop(self, first: int) -> None:
         try:
             for step in range(first, self._steps):
-                version = version_of(step, self.staleness)
+                version = version_of(step, self.staleness, self._floor)
                 with self._changed:
                     self._changed.wait_for(
                         lambda version=version: version in self._params or self._closed)
@@ -136,8 +139,8 @@ class Ahead:
 
 
 def save_pending(directory: Path, step: int, batches: dict[int, Any], keep: set[int]) -> None:
-    """Writes the in-flight `batches` of the checkpoint after `step` updates (atomically), and
-    removes the files of checkpoints not in `keep`."""
+    """Writes the in-flight `batches` of the checkpoint after `step` updates (atomically; none
+    after a run's last update), and removes the files of checkpoints not in `keep`."""
     folder = directory / PENDING
     folder.mkdir(exist_ok=True)
     partial = folder / f"{step}.partial"
@@ -149,10 +152,11 @@ def save_pending(directory: Path, step: int, batches: dict[int, Any], keep: set[
 
 
 def load_pending(directory: Path, step: int) -> dict[int, Any]:
-    """The in-flight batches saved with the checkpoint after `step` updates.
+    """The in-flight batches saved with the checkpoint after `step` updates (none where that
+    was a run's last: extended, it samples its next batches with that update's params).
 
     Raises:
-      ValueError: none were saved with it.
+      ValueError: no file was saved with it.
     """
     path = directory / PENDING / f"{step}.pkl"
     if not path.exists():

@@ -580,8 +580,9 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                        "episode/count": float(episodes * jax.process_count())}
                 run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                               step_s=f"{sum(seconds.values()):.1f}")
-                run_dir.stop_if_signalled(state, received(), config.run_dir,
-                                          functools.partial(source.pending, step + 1))
+                run_dir.stop_if_signalled(
+                    state, received(), config.run_dir,
+                    functools.partial(source.pending, step + 1) if staleness else None)
         finally:
             source.close()
     return run_dir.close()
@@ -643,8 +644,9 @@ class RunDirectory:
 
     def save_pending(self, step: int, batches: dict) -> None:
         """The batches produced ahead for updates the checkpoint after `step` updates has not
-        made (`prover_jax.ahead`), saved beside it; process 0 only (one process for now)."""
-        if self.main and batches:
+        made (`prover_jax.ahead`; none after the last), saved beside it; process 0 only (one
+        process for now)."""
+        if self.main:
             ahead.save_pending(self.directory, step, batches, set(self.checkpoints.steps()))
 
     def load_pending(self, step: int) -> dict:
@@ -652,16 +654,18 @@ class RunDirectory:
         return ahead.load_pending(self.directory, step)
 
     def stop_if_signalled(self, state, signum: int | None, run_dir: str | None,
-                          pending: Callable[[], dict] = dict) -> None:
+                          pending: Callable[[], dict] | None = None) -> None:
         """After a step: when this or any other process got SIGINT or SIGTERM (`signum`),
-        saves `state` with the batches produced ahead for later updates (`pending()`), closes
-        the directory and raises `Interrupted` (every process at the same step)."""
+        saves `state`, with an asynchronous run's batches produced ahead for later updates
+        (`pending()`), closes the directory and raises `Interrupted` (every process at the
+        same step)."""
         signals = [s for s in distributed.gather_objects(signum) if s]
         if signals:
             step = int(state.step)
             if step not in self.checkpoints.steps():  # a due one may hold it
                 self.checkpoints.save(state)
-                self.save_pending(step, pending())
+                if pending is not None:
+                    self.save_pending(step, pending())
             self.close()
             raise Interrupted(signals[0], step, run_dir)
 

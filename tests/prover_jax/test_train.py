@@ -446,6 +446,8 @@ def test_an_asynchronous_run_killed_and_resumed_is_bit_identical_to_an_uninterru
               for run in (whole, cut)]
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    main([*args, "--steps", "6", "--run-dir", str(whole)])  # a finished run, extended:
+    assert read_metrics(whole)[-1]["async/staleness"] == 0  # its next batch from its last params
 
 
 @pytest.mark.slow
