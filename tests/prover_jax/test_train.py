@@ -145,24 +145,24 @@ def test_train_runs_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("staleness", [0, 1])
-def test_tree_and_scheduled_rollouts(tmp_path, staleness):
-    """spo-tree trains on its trees' leaves; budget-matched GRPO's schedule sets each step's
-    group size; both in the synchronous loop and a step ahead of the learner."""
+def test_tree_and_scheduled_rollouts(tmp_path):
+    """spo-tree trains on its trees' leaves (here a step ahead of the learner, asynchronous);
+    budget-matched GRPO's schedule sets each step's group size."""
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household"), episodes=5))
     cfg, params = tiny_model(len(tokenizer))
     small = {"groups": 1, "max_actions": 2, "workers": 1,
-             "sampling": SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
-             "asynchronous": AsyncConfig(max_staleness=staleness)}
+             "sampling": SamplingConfig(max_new_tokens=4, min_prompt_tokens=512)}
     quiet = {"log": lambda line: None}
     scheduled = train(TrainConfig(credit="budget-matched-grpo", steps=2, **small,
                                   credit_config={"schedule": ((0, 2), (1, 3))},
                                   run_dir=str(tmp_path / "scheduled")),
                       cfg, params, tokenizer, **quiet)
     assert [row["episode/count"] for row in scheduled] == [2, 3]
-    tree = train(TrainConfig(credit="spo-tree", steps=1, **small, run_dir=str(tmp_path / "tree"),
-                             credit_config={"depth": 2, "branch_actions": 1}),
-                 cfg, params, tokenizer, **quiet)[0]
+    tree = train(TrainConfig(credit="spo-tree", steps=2, **small, run_dir=str(tmp_path / "tree"),
+                             credit_config={"depth": 2, "branch_actions": 1},
+                             asynchronous=AsyncConfig(max_staleness=1)),
+                 cfg, params, tokenizer, **quiet)[1]
+    assert tree["async/staleness"] == 1
     # 2-2 branching, one action a level: 4 leaves of 2 actions, unless the episode ended
     assert tree["episode/count"] <= 4 and tree["episode/actions"] <= 2
     assert tree["credit/spo/tree_leaves"] == tree["episode/count"]
