@@ -569,15 +569,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 seconds = {**batch.seconds, **laps.seconds}
                 if not staleness:  # the rollout and credit are the step's own time
                     del seconds["wait"]
-                row = distributed.mean_over_processes({
-                    **step_metrics(batch.groups, metrics, batch.output.diagnostics, seconds),
-                    **advantage_mass(batch.parts, batch.batch), **evaluation,
-                    **({"async/staleness": float(step - batch.version)} if staleness else {})})
-                records = merged_records({**batch.output.records, "samples": sample_records(
-                    batch.groups, batch.parts, mine)})
-                episodes = sum(len(group) for group in batch.groups)
-                row = {"step": step, **row,
-                       "episode/count": float(episodes * jax.process_count())}
+                row, records = step_record(batch, metrics, seconds, evaluation, mine,
+                                           staleness > 0)
                 run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                               step_s=f"{sum(seconds.values()):.1f}")
                 run_dir.stop_if_signalled(
@@ -586,6 +579,23 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
         finally:
             source.close()
     return run_dir.close()
+
+
+def step_record(batch: Produced, metrics: Mapping[str, Any], seconds: Mapping[str, float],
+                evaluation: Mapping[str, float], mine: range, asynchronous: bool
+                ) -> tuple[dict, dict[str, list[dict]]]:
+    """One update's metrics row (`metrics.jsonl`; over every process) and records (the host
+    side's and the sampled group's, `sample_records`), from its batch, the learner's
+    metrics, the phases' seconds and the evaluation after it."""
+    row = distributed.mean_over_processes({
+        **step_metrics(batch.groups, metrics, batch.output.diagnostics, seconds),
+        **advantage_mass(batch.parts, batch.batch), **evaluation,
+        **({"async/staleness": float(batch.step - batch.version)} if asynchronous else {})})
+    records = merged_records({**batch.output.records,
+                              "samples": sample_records(batch.groups, batch.parts, mine)})
+    episodes = sum(len(group) for group in batch.groups)
+    return ({"step": batch.step, **row, "episode/count": float(episodes * jax.process_count())},
+            records)
 
 
 class RunDirectory:
