@@ -76,6 +76,7 @@ import numpy as np
 from envs.pool import EnvPool
 from prover_jax import runs as run_directories
 from prover_jax.config import load as load_config
+from prover_jax.interrupt import exit_when_interrupted
 from prover_jax.plot import read_metrics
 from prover_jax.run_settings import SftConfig, TrainConfig, run_env
 from prover_jax.settings import MAX_SLOTS, eval_slots
@@ -696,10 +697,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             start = sft_start(study.sft_config, base / study.start.name, start_record,
                               SMOKE_SFT if args.smoke else [])
-            for seed in seeds:  # every arm's seed 0 first: a stopped comparison is one
-                for arm in runs:
-                    runs[arm][seed] = run_arm(study, base, records, start, arm, seed,
-                                              SMOKE_RL if args.smoke else [])
+            with exit_when_interrupted():  # SIGTERM or Ctrl-C: the run saves, then it exits
+                for seed in seeds:  # every arm's seed 0 first: a stopped comparison is one
+                    for arm in runs:
+                        runs[arm][seed] = run_arm(study, base, records, start, arm, seed,
+                                                  SMOKE_RL if args.smoke else [])
         start_success = read_metrics(start_record)[-1][SUCCESS]
         summary = study.summarize(runs, start_success)
     print(study.table(summary, start_success))
