@@ -231,6 +231,7 @@ def test_docs_give_the_recorded_pivot_start():
                         .read_text())["results"]
     assert pivot_start.gate_table(second["gate"]) in docs
     assert pivot_start.probe_line(second["probe"]) in docs
+    assert pivot_start.judges_table(second) in docs  # the table the comparison reports
     assert second["gate"]["groups_1_3"] > 0.5  # the gate the docs say it passes
 
 
@@ -255,6 +256,14 @@ def test_results_summary_quotes_the_recorded_pivot_start():
     phrases.append(f"the second SFT stage passes the gate (sampled success "
                    f"{second['gate']['success']:.3f} leaves {second['gate']['groups_1_3']:.0%} of "
                    f"groups of 8 with 1-3 successes, probe {second['probe']['score']:.3f})")
+    phrases.append(f"on its rollouts the verifier's judge holds the pivot in "
+                   f"{second['verifier']['pivot_precision']:.0%} of its proposals, the contrastive "
+                   f"judge in {second['contrastive']['pivot_precision']:.0%}, a random segment in "
+                   f"{second['random']['pivot_precision']:.0%}, and the Δ at the pivot has median "
+                   f"{second['oracle']['median_delta']:+.3f}")
+    docs = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    assert (f"median {second['oracle']['median_delta']:+.3f}, mean "
+            f"{second['oracle']['mean_delta']:+.3f}") in docs
     for phrase in phrases:
         assert phrase in summary, phrase
 
