@@ -132,10 +132,12 @@ class Ahead:
             return {s: self._ready[s] for s in steps}
 
     def close(self) -> None:
-        """Stops the thread after the batch it is producing (if any), without waiting."""
+        """Stops the thread after the batch it is producing, if any, and waits for it: a
+        thread still inside JAX or the pool when the interpreter exits aborts the process."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        self._thread.join()
 
 
 def save_pending(directory: Path, step: int, batches: dict[int, Any], keep: set[int]) -> None:
