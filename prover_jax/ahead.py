@@ -34,8 +34,6 @@ def version_of(step: int, staleness: int, floor: int = 0) -> int:
 class Inline:
     """The synchronous loop: each batch produced when asked for, with the latest params."""
 
-    staleness = 0
-
     def __init__(self, produce: Produce):
         self._produce = produce
         self._params: tuple[int, Any] | None = None
@@ -50,10 +48,6 @@ class Inline:
         assert version == step, (version, step)
         self._params = None
         return self._produce(step, params, version)
-
-    def pending(self, step: int) -> dict[int, Any]:
-        """The produced batches of updates `step` on: none."""
-        return {}
 
     def close(self) -> None:
         pass
