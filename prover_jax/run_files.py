@@ -24,7 +24,7 @@ CHANGES_FILE = "config_changes.json"  # the settings each resume changed, with i
 # machines); a trailing "." covers a whole section.
 RESUMABLE_CHANGES = ("steps", "run_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                      "checkpoint_every", "eval_every", "eval_at_start", "evaluation.",
-                     "workers")
+                     "gradient_shares_every", "workers")
 
 
 def config_differences(directory: Path, config) -> dict[str, tuple[Any, Any]]:

@@ -79,6 +79,9 @@ class TrainConfig:
     architecture: str | None = None
     eval_every: int = 0  # steps between held-out evaluations into metrics.jsonl (0: none)
     eval_at_start: bool = False  # one before the first step too (metrics.jsonl's step -1)
+    # steps between measurements of each credit part's share of the policy gradient norm,
+    # ``credit/grad_share/<part>`` (one more backward pass per part; 0: none)
+    gradient_shares_every: int = 0
     evaluation: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     sampling: SamplingConfig = dataclasses.field(
         default_factory=lambda: SamplingConfig(max_new_tokens=16))
@@ -101,9 +104,10 @@ class TrainConfig:
                              f"{sorted(method.inputs)}; one of {trainable_methods()}")
         self.credit_settings()
         if min(self.steps, self.groups, self.group_size, self.workers,
-               self.checkpoint_every) < 1 or self.eval_every < 0:
+               self.checkpoint_every) < 1 or min(self.eval_every,
+                                                 self.gradient_shares_every) < 0:
             raise ValueError("steps, groups, group_size, workers and checkpoint_every must be "
-                             ">= 1, eval_every >= 0")
+                             ">= 1, eval_every and gradient_shares_every >= 0")
         check_warmup(self.steps, self.learner)
         s = self.sampling
         if (s.temperature, s.top_k, s.top_p) != (1.0, 0, 1.0):

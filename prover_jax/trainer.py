@@ -386,6 +386,27 @@ def advantage_mass(parts: Mapping[str, Any], batch: Batch) -> dict[str, float]:
             for name, value in mass.items()}
 
 
+def gradient_shares(learner: Learner, params, train_batch: TrainBatch,
+                    parts: Mapping[str, Any], batch: Batch) -> dict[str, float]:
+    """Each credit part's share of the policy gradient norm, ``credit/grad_share/<part>``:
+    the norm of the gradient its advantages give (`Learner.part_gradient_norms`) over the
+    sum of every part's (0 for every part when all are 0).
+
+    Args:
+      learner, params: the learner and its params before the update.
+      train_batch: the update's TrainBatch, global over the processes.
+      parts: float [B, T] this process's per-turn advantages by source (`credit.parts`).
+      batch: this process's rows of the padded batch (``turn_ids``, ``loss_mask`` [B, L]).
+    """
+    tokens = np.stack([np.asarray(credit.to_tokens(value, batch.turn_ids, batch.loss_mask))
+                       for value in parts.values()], axis=1)
+    norms = np.asarray(jax.device_get(learner.part_gradient_norms(
+        params, train_batch, from_process_local(learner.mesh, tokens))))
+    total = float(norms.sum())
+    return {f"credit/grad_share/{name}": float(norm) / total if total else 0.0
+            for name, norm in zip(parts, norms)}
+
+
 def mixed_groups(groups: Sequence[Sequence[Episode]]) -> float:
     """The share of `groups` holding both a success (reward >= 1) and a failure: those whose
     outcomes differ, so that a group-relative advantage is not zero."""
@@ -545,6 +566,12 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 laps.lap("wait")
                 train_batch = from_process_local(learner.mesh, TrainBatch(
                     batch.batch, batch.advantages, batch.old, dropped=batch.dropped))
+                shares = {}
+                if (config.gradient_shares_every and len(batch.parts) > 1
+                        and (step + 1) % config.gradient_shares_every == 0):
+                    shares = gradient_shares(learner, state.params, train_batch, batch.parts,
+                                             batch.batch)
+                    laps.lap("grad_shares")
                 if reference is not None:
                     train_batch = dataclasses.replace(train_batch, ref_logprobs=learner.logprobs(
                         reference, train_batch.batch.tokens))
@@ -569,8 +596,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 seconds = {**batch.seconds, **laps.seconds}
                 if not staleness:  # the rollout and credit are the step's own time
                     del seconds["wait"]
-                row, records = step_record(batch, metrics, seconds, evaluation, mine,
-                                           staleness > 0)
+                row, records = step_record(batch, metrics, seconds, {**shares, **evaluation},
+                                           mine, staleness > 0)
                 run_dir.write(row, records, reward=f"{row['reward/mean']:.3f}",
                               step_s=f"{sum(seconds.values()):.1f}")
                 run_dir.stop_if_signalled(
@@ -586,7 +613,8 @@ def step_record(batch: Produced, metrics: Mapping[str, Any], seconds: Mapping[st
                 ) -> tuple[dict, dict[str, list[dict]]]:
     """One update's metrics row (`metrics.jsonl`; over every process) and records (the host
     side's and the sampled group's, `sample_records`), from its batch, the learner's
-    metrics, the phases' seconds and the evaluation after it."""
+    metrics, the phases' seconds and what was measured besides (`evaluation`: the
+    evaluation after it, the gradient shares)."""
     row = distributed.mean_over_processes({
         **step_metrics(batch.groups, metrics, batch.output.diagnostics, seconds),
         **advantage_mass(batch.parts, batch.batch), **evaluation,

@@ -328,6 +328,59 @@ def train_step(state: TrainState, batch: TrainBatch, *, model_cfg: QwenConfig,
                                step=state.step + 1), metrics
 
 
+def part_gradient_norms(params, batch: TrainBatch, parts: jax.Array, *, model_cfg: QwenConfig,
+                        cfg: LearnerConfig, mesh: Mesh, shardings) -> jax.Array:
+    """The norm of the policy gradient each credit part's advantages give, on one batch.
+
+    Part p's gradient is that of the policy loss (`loss.token_terms`' PPO-clip term under
+    `cfg.loss`, weighted as the loss weights it; no KL) with the batch's advantages replaced by
+    part p's. Where no token is clipped the loss is linear in the advantages, so the parts'
+    gradients add up to the whole advantage's. The forward pass runs once per micro-batch and
+    the backward pass once per part (`jax.vjp`, the parts batched).
+
+    Args:
+      params: float32 params.
+      batch: TrainBatch of B rows (its `advantages` are not read).
+      parts: float [B, P, L] each part's advantages on the token grid (rows first, so they
+        split over the batch axes as the batch does).
+      model_cfg, cfg, mesh: as `batch_gradients`.
+      shardings: params-shaped NamedShardings of the params.
+
+    Returns:
+      float32 [P], the global norm of each part's gradient.
+    """
+    check_train_batch(batch)
+    check_arrays({"batch.tokens": (batch.batch.tokens, "b l", "i"),
+                  "parts": (parts, "b p l", "f")})
+    check_rows(batch.batch.num_rows, cfg.micro_batches, mesh)
+    loss_mask = batch.batch.loss_mask
+    mask = losses.trained_tokens(loss_mask, batch.dropped)
+    weights = losses.loss_weights(mask, loss_mask, cfg.loss).loss
+    micro = split_micro_batches((batch.batch.tokens, mask, weights, batch.old_logprobs, parts),
+                                cfg.micro_batches, mesh)
+    stacked = jax.tree.map(
+        lambda s: NamedSharding(s.mesh, PartitionSpec(None, *s.spec)), shardings)
+
+    def policy_loss_of(logprobs, advantages, mask, weights, old):
+        terms = losses.token_terms(logprobs, old, advantages, mask, cfg.loss)
+        return jnp.sum(weights * terms["policy"])
+
+    def body(total, one):
+        tokens, mask, weights, old, advantages = one
+        logprobs, pullback = jax.vjp(
+            lambda p: model_logprobs(p, model_cfg, tokens, cfg, mesh=mesh)[0], params)
+        cotangents = jax.vmap(jax.grad(policy_loss_of), in_axes=(None, 1, None, None, None))(
+            logprobs, advantages, mask, weights, old)
+        grads = jax.lax.with_sharding_constraint(jax.vmap(pullback)(cotangents)[0], stacked)
+        return jax.tree.map(jnp.add, total, grads), None
+
+    count = parts.shape[1]
+    zeros = jax.tree.map(lambda p: jnp.zeros((count, *p.shape), jnp.float32), params)
+    grads, _ = jax.lax.scan(body, jax.lax.with_sharding_constraint(zeros, stacked), micro)
+    squares = [jnp.sum(jnp.square(g).reshape(count, -1), axis=1) for g in jax.tree.leaves(grads)]
+    return jnp.sqrt(sum(squares))
+
+
 def policy_logprobs(params, tokens: jax.Array, *, model_cfg: QwenConfig, cfg: LearnerConfig,
                     mesh: Mesh) -> jax.Array:
     """Log-probabilities of a batch's tokens under `params`, e.g. the old or reference policy.
@@ -373,6 +426,7 @@ class _Compiled(NamedTuple):
     state_shardings: TrainState
     train_step: Any  # head_positions -> the jitted step
     logprobs: Any
+    part_gradient_norms: Any
     fresh_state: Any
 
 
@@ -400,8 +454,10 @@ def _compile(model_cfg: QwenConfig, cfg: LearnerConfig, mesh: Mesh,
 
     logprobs = jax.jit(functools.partial(policy_logprobs, **common),
                        in_shardings=(params, batch), out_shardings=batch)
+    part_norms = jax.jit(functools.partial(part_gradient_norms, shardings=params, **common),
+                         in_shardings=(params, batch, batch), out_shardings=replicated)
     fresh = jax.jit(functools.partial(fresh_state, optimizer=optimizer), out_shardings=state)
-    return _Compiled(optimizer, params, state, step, logprobs, fresh)
+    return _Compiled(optimizer, params, state, step, logprobs, part_norms, fresh)
 
 
 @jax.jit
@@ -445,6 +501,7 @@ class Learner:
         self.state_shardings = compiled.state_shardings
         self._train_step = compiled.train_step
         self._logprobs = compiled.logprobs
+        self._part_gradient_norms = compiled.part_gradient_norms
         self._fresh_state = compiled.fresh_state
 
     def logprobs(self, params, tokens: jax.Array) -> jax.Array:
@@ -455,6 +512,15 @@ class Learner:
         """
         check_token_ids(tokens, self.model_cfg.vocab_size)
         return self._logprobs(params, tokens)
+
+    def part_gradient_norms(self, params, batch: TrainBatch, parts: jax.Array) -> jax.Array:
+        """Jitted `part_gradient_norms`: `(params, TrainBatch, parts [B, P, L]) -> float32 [P]`.
+
+        Raises:
+          ValueError: concrete token ids outside the model's vocabulary.
+        """
+        check_token_ids(batch.batch.tokens, self.model_cfg.vocab_size, "batch.tokens")
+        return self._part_gradient_norms(params, batch, parts)
 
     def train_step(self, state: TrainState, batch: TrainBatch
                    ) -> tuple[TrainState, dict[str, jax.Array]]:

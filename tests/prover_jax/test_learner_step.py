@@ -258,6 +258,29 @@ def test_training_raises_logprobs_of_advantaged_tokens(single, batches):
     assert (after - before)[positive].mean() > 0 > (after - before)[batch.advantages < 0].mean()
 
 
+def test_each_credit_parts_gradient_norm_is_its_advantages_policy_gradient(single, batches):
+    """Against the train step's own gradient (one micro-batch, no KL) with the batch's
+    advantages replaced by the part's: a part of zeros has none, a scaled part a scaled one."""
+    batch = batches[0]
+    params = single.init(init_params()).params
+    noise = np.random.default_rng(5).normal(0, 1, batch.advantages.shape).astype(np.float32)
+    parts = [batch.advantages, noise * batch.batch.loss_mask, 0 * noise, 3 * batch.advantages]
+    learner = Learner(CFG, dataclasses.replace(FP32, micro_batches=4))
+    norms = np.asarray(learner.part_gradient_norms(params, batch, np.stack(parts, axis=1)))
+    policy_only = dataclasses.replace(FP32, loss=dataclasses.replace(FP32.loss, kl_coef=0.0))
+    compute = jax.jit(functools.partial(batch_gradients, model_cfg=CFG, cfg=policy_only,
+                                        mesh=single.mesh,
+                                        shardings=single.state_shardings.params))
+    for part, norm in zip(parts, norms):
+        grads, _ = compute(params, dataclasses.replace(batch, advantages=part))
+        expected = np.sqrt(sum(np.sum(np.square(g)) for g in jax.tree.leaves(grads)))
+        np.testing.assert_allclose(norm, expected, rtol=1e-4, atol=1e-9)
+    assert norms[2] == 0 and norms[0] > 0
+    np.testing.assert_allclose(norms[3], 3 * norms[0], rtol=1e-5)
+    with pytest.raises(ValueError, match="parts"):
+        learner.part_gradient_norms(params, batch, np.stack(parts, axis=1)[:, :, 1:])
+
+
 def test_bf16_compute_with_float32_master_weights(single, batches):
     learner = Learner(CFG, dataclasses.replace(FP32, compute_dtype="bfloat16"))
     state = learner.init(init_params())

@@ -172,13 +172,14 @@ def test_tree_and_scheduled_rollouts(tmp_path):
 @pytest.mark.slow
 def test_a_positive_control_trains_and_the_choice_probe_is_logged(tmp_path):
     """The dense oracle credit on household-pivot, with the choice probe as the only
-    evaluation, before the first update and after the last."""
+    evaluation, before the first update and after the last, and the parts' shares of the
+    advantage mass and of the gradient norm."""
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household-pivot"), episodes=3))
     cfg, params = tiny_model(len(tokenizer))
     config = TrainConfig(env="household-pivot", credit="oracle-progress", steps=1, groups=1,
                          group_size=2, max_actions=3, workers=1, run_dir=str(tmp_path),
                          sampling=SamplingConfig(max_new_tokens=4, min_prompt_tokens=512),
-                         eval_every=1, eval_at_start=True,
+                         eval_every=1, eval_at_start=True, gradient_shares_every=1,
                          evaluation=EvalConfig(greedy=False, samples=0, probe_tasks=3))
     rows = train(config, cfg, params, tokenizer, log=lambda line: None)
     logged = [row for row in read_metrics(tmp_path) if "eval/probe/score" in row]
@@ -186,8 +187,10 @@ def test_a_positive_control_trains_and_the_choice_probe_is_logged(tmp_path):
     assert all(row["eval/probe/states"] == 3 and 0 <= row["eval/probe/score"] <= 1
                and not any(k.startswith("eval/greedy") for k in row) for row in logged)
     assert rows[0]["credit/oracle_progress/mean_abs_gain"] >= 0
-    shares = [rows[0][f"credit/mass/{part}"] for part in ("outcome", "oracle-progress")]
-    assert sum(shares) == pytest.approx(1.0) or shares == [0.0, 0.0]
+    for kind in ("mass", "grad_share"):
+        shares = [rows[0][f"credit/{kind}/{part}"] for part in ("outcome", "oracle-progress")]
+        assert sum(shares) == pytest.approx(1.0) or shares == [0.0, 0.0]
+    assert rows[0]["time/grad_shares_s"] > 0
 
 
 def test_train_config_errors():
