@@ -23,8 +23,9 @@ turn counts of ``--rerun`` the same rollout (same seed, so only shapes already c
 again with a fresh policy, and its plain wall time checks the subtraction. The timed rollout
 splits its wall time by what the policy calls, each call blocked on its result and less its
 compiles: `generate` (prefill of the new tokens, then decode), `kv_cache.prefill_rows` (the
-shared stream heads), cache housekeeping (`empty` / `reset_rows` / `compact` / `resize`), and
-the rest (tokenizer, templates, pool steps, episode bookkeeping).
+shared stream heads; with continuous decoding also `kv_cache.extend_rows`, the contexts of
+the rows that take their next turn), cache housekeeping (`empty` / `reset_rows` / `compact` /
+`resize`), and the rest (tokenizer, templates, pool steps, episode bookkeeping).
 
 Target: the cache path >= 3x faster than re-prefill at 20 turns, with prompt tokens prefilled
 per episode growing linearly in turns.
@@ -106,9 +107,10 @@ def phase_timers():
     from prover_jax import model_policy
 
     seconds = dict.fromkeys(PHASES, 0.0)
-    patched = [(model_policy, "generate", "generate")] + [
-        (kv_cache, name, "prefill_rows" if name == "prefill_rows" else "housekeeping")
-        for name in ("prefill_rows", "empty", "reset_rows", "compact", "resize")]
+    patched = [(model_policy, "generate", "generate"),
+               *[(kv_cache, name, "prefill_rows") for name in ("prefill_rows", "extend_rows")],
+               *[(kv_cache, name, "housekeeping")
+                 for name in ("empty", "reset_rows", "compact", "resize")]]
     originals = [getattr(module, name) for module, name, _ in patched]
 
     def timed(fn, phase):

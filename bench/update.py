@@ -5,8 +5,11 @@ Each measurement is ``python -m prover_jax.train`` with the tree's own
 from the committed SFT agent (``experiments/results/runs/sft``), no evaluation, no
 checkpoints, in a process of its own with the persistent compile cache off, so a shape first
 met in the middle of a run is compiled there, as it would be. GRPO and ProVer (the contrastive
-judge, 4 continuations) run from the same start and seed. ``--ref REV`` runs the same in an
-export of revision REV (its code and its config), one after the other on the same machine.
+judge, 4 continuations) run from the same start and seed, each with both samplers: "turns"
+(every reply of a turn decoded in one call) and "continuous" (`sampling.decode_chunk`
+tokens per call, rows taking their next turn between calls). ``--ref REV`` runs the turns
+sampler in an export of revision REV (its code and its config), one after the other on the
+same machine.
 
 Each run's ``metrics.jsonl`` gives per update the seconds of the rollout, the credit and the
 learner; the first update (which compiles every program) is dropped and the rest averaged.
@@ -17,12 +20,14 @@ groups' rollout and by the continuations say where a difference comes from.
 
 Targets: an update <= 4.5 s on 2 idle cores; ProVer's overhead <= 1.25.
 
-``--calls`` also runs ProVer's updates in this process and counts every `generate` call: in
-the groups' rollout and in the continuations, the rows that generated, the tokens, the cache's
-slots and the seconds without compiles (`bench/rollout.py`'s timers), and the continuations'
-compiles by update.
+``--calls`` also runs ProVer's updates in this process, with each sampler, and counts every
+`generate` call: in the groups' rollout and in the continuations, the rows that generated, the
+share of the batch's row-steps that sampled a token (`RolloutStats.row_steps`; target >= 90%
+in the continuations), the tokens, the cache's slots and the seconds without compiles
+(`bench/rollout.py`'s timers), and the continuations' compiles by update.
 
-Usage: python bench/update.py [--updates 6] [--ref REV] [--arms [grpo prover]] [--calls]
+Usage: python bench/update.py [--updates 6] [--ref REV] [--arms [grpo prover]]
+       [--samplers [turns continuous]] [--calls]
 Prints the tables, writes bench/results/update.json (and update-calls.json) and updates
 bench/RESULTS.md.
 """
@@ -45,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 START = ROOT / "experiments" / "results" / "runs" / "sft"
 ARMS = {"grpo": ["credit=grpo"], "prover": ["credit=prover", "host.judge=contrastive"]}
+SAMPLERS = {"turns": ["sampling.decode_chunk=0"], "continuous": ["sampling.decode_chunk=8"]}
 UPDATES = 6
 
 
@@ -59,10 +65,12 @@ def export(revision: str, into: Path) -> Path:
     return tree
 
 
-def train(tree: Path, arm: str, updates: int, run_dir: Path) -> list[dict]:
-    """The per-update metrics of `updates` updates of `arm` run by the code in `tree`."""
-    changes = [*ARMS[arm], f"steps={updates}", "eval_every=0", f"checkpoint_every={updates}",
-               f"init={START}", f"run_dir={run_dir}", "seed=0"]
+def train(tree: Path, arm: str, updates: int, run_dir: Path, sampler: Sequence[str] = ()
+          ) -> list[dict]:
+    """The per-update metrics of `updates` updates of `arm` run by the code in `tree`, with
+    the `sampler`'s settings."""
+    changes = [*ARMS[arm], *sampler, f"steps={updates}", "eval_every=0",
+               f"checkpoint_every={updates}", f"init={START}", f"run_dir={run_dir}", "seed=0"]
     env = dict(os.environ, PYTHONPATH=str(tree), JAX_PLATFORMS="cpu", PROVER_JAX_CACHE="off")
     subprocess.run([sys.executable, "-m", "prover_jax.train", "--config",
                     str(tree / "configs" / "household-small.yaml"),
@@ -108,29 +116,34 @@ def overhead(grpo: dict, prover: dict) -> float | None:
 
 
 def table(results: dict[str, dict[str, dict]]) -> str:
-    lines = [("| tree | method | update (s) | rollout (s) | credit (s) | of which "
+    lines = [("| tree, sampler | method | update (s) | rollout (s) | credit (s) | of which "
               "continuations (s) | learner (s) | slowest update (s) | extra policy tokens | "
-              "ProVer overhead (target <= 1.25) | generated tok/s: groups | continuations |"),
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "ProVer overhead (target <= 1.25) | generated tok/s: groups | continuations | "
+              "a continuation token's cost, a group token's = 1 (target <= 1.2) |"),
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for tree, arms in results.items():
         for arm, p in arms.items():
             ratio = overhead(arms["grpo"], p) if arm == "prover" and "grpo" in arms else None
             rates = [f"{p[k]:.0f}" if k in p else "-" for k in
                      ("group_tokens_per_s", "continuation_tokens_per_s")]
+            cost = (f"{p['group_tokens_per_s'] / p['continuation_tokens_per_s']:.2f}"
+                    if "continuation_tokens_per_s" in p else "-")
             lines.append(
                 f"| {tree} | {arm} | {p['update']:.2f} | {p['rollout']:.2f} | "
                 f"{p['credit']:.2f} | {p.get('verification', 0.0):.2f} | {p['learner']:.2f} | "
                 f"{p['slowest_update']:.2f} | {p['extra_tokens']:.0%} | "
-                f"{'-' if ratio is None else f'{ratio:.2f}'} | {rates[0]} | {rates[1]} |")
+                f"{'-' if ratio is None else f'{ratio:.2f}'} | {rates[0]} | {rates[1]} | "
+                f"{cost} |")
     return "\n".join(lines)
 
 
-def generate_calls(updates: int) -> dict[str, dict]:
-    """Every `generate` call of `updates` ProVer updates of this tree, run in this process:
-    per phase (the groups' rollout, ProVer's continuations) the calls, the rows that
-    generated in them, the tokens generated, the cache's slots, and the seconds of `generate`,
-    `kv_cache.prefill_rows` and cache housekeeping without compiles; for the continuations also
-    the compile seconds of each update."""
+def generate_calls(updates: int, sampler: Sequence[str]) -> dict[str, dict]:
+    """Every `generate` call of `updates` ProVer updates of this tree with the `sampler`'s
+    settings, run in this process: per phase (the groups' rollout, ProVer's continuations)
+    the calls, the rows that generated in them, the share of the row-steps that sampled, the
+    tokens generated, the cache's slots, and the seconds of `generate`, the row prefills and
+    cache housekeeping without compiles; for the continuations also the compile seconds of
+    each update."""
     import collections
     import time
 
@@ -142,7 +155,8 @@ def generate_calls(updates: int) -> dict[str, dict]:
     from prover_jax.run_settings import TrainConfig
 
     rollout_bench.listen_to_compiles()
-    calls = {"groups": [], "continuations": []}  # (rows, rows that generated, tokens, slots)
+    # (rows, rows that generated, tokens, slots, row-steps)
+    calls = {"groups": [], "continuations": []}
     phase = ["groups"]
     in_continuations = dict.fromkeys(rollout_bench.PHASES, 0.0)
     compiles = []
@@ -152,9 +166,9 @@ def generate_calls(updates: int) -> dict[str, dict]:
         def counted_generate(params, cfg, prompt, positions, cache, *args, **kwargs):
             out = timed_generate(params, cfg, prompt, positions, cache, *args, **kwargs)
             lengths = jax.device_get(out.lengths)
-            slots = max(jax.tree.leaves(cache), key=lambda x: x.size).shape[-2]
+            slots = max(jax.tree.leaves(out.cache), key=lambda x: x.size).shape[-2]
             calls[phase[0]].append((len(lengths), int((lengths > 0).sum()),
-                                    int(lengths.sum()), slots))
+                                    int(lengths.sum()), slots, len(lengths) * int(lengths.max())))
             return out
 
         def continuations(*args, **kwargs):
@@ -171,7 +185,7 @@ def generate_calls(updates: int) -> dict[str, dict]:
         model_policy.generate, verify.run = counted_generate, continuations
         try:
             config = load_config(TrainConfig, ROOT / "configs" / "household-small.yaml", [
-                *ARMS["prover"], f"steps={updates}", "eval_every=0",
+                *ARMS["prover"], *sampler, f"steps={updates}", "eval_every=0",
                 f"checkpoint_every={updates}", f"init={START}", f"run_dir={run_dir}/run"])
             trainer.train(config, *trainer.initial_model(config), log=lambda line: None)
         finally:
@@ -184,6 +198,7 @@ def generate_calls(updates: int) -> dict[str, dict]:
         tokens = sum(c[2] for c in made)
         out[name] = {"calls": len(made), "rows": made[0][0] if made else 0,
                      "generating_rows": sum(c[1] for c in made) / max(len(made), 1),
+                     "sampling_share": tokens / max(sum(c[4] for c in made), 1),
                      "tokens": tokens, "ms_per_token": 1e3 * spent["generate"] / max(tokens, 1),
                      "slots": dict(collections.Counter(c[3] for c in made)),
                      **{f"{p}_s": v for p, v in spent.items()}}
@@ -191,26 +206,35 @@ def generate_calls(updates: int) -> dict[str, dict]:
     return out
 
 
-def calls_table(calls: dict[str, dict]) -> str:
-    lines = [("| phase | generate calls | rows generating (of the batch's) | tokens generated | "
-              "cache slots: calls | generate (s) | ms per token | prefill_rows (s) | "
-              "housekeeping (s) |"), "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
-    for name, c in calls.items():
-        slots = ", ".join(f"{s:,}: {n}" for s, n in sorted(c["slots"].items()))
-        lines.append(f"| {name} | {c['calls']} | {c['generating_rows']:.1f} of {c['rows']} | "
-                     f"{c['tokens']:,} | {slots} | {c['generate_s']:.2f} | "
-                     f"{c['ms_per_token']:.2f} | {c['prefill_rows_s']:.2f} | "
-                     f"{c['housekeeping_s']:.2f} |")
-    compiles = ", ".join(f"{s:.1f}" for s in calls["continuations"]["compile_s_per_update"])
-    return "\n".join(lines) + f"\n\nCompiles during the continuations, by update (s): {compiles}"
+def calls_table(by_sampler: dict[str, dict[str, dict]]) -> str:
+    lines = [("| sampler | phase | generate calls | rows generating (of the batch's) | "
+              "row-steps that sampled | tokens generated | cache slots: calls | generate (s) | "
+              "ms per token | prefill_rows + extend_rows (s) | housekeeping (s) |"),
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+    for sampler, calls in by_sampler.items():
+        for name in ("groups", "continuations"):
+            c = calls[name]
+            slots = ", ".join(f"{s:,}: {n}" for s, n in sorted(c["slots"].items()))
+            lines.append(f"| {sampler} | {name} | {c['calls']} | "
+                         f"{c['generating_rows']:.1f} of {c['rows']} | "
+                         f"{c['sampling_share']:.0%} | {c['tokens']:,} | {slots} | "
+                         f"{c['generate_s']:.2f} | {c['ms_per_token']:.2f} | "
+                         f"{c['prefill_rows_s']:.2f} | {c['housekeeping_s']:.2f} |")
+    lines.append("")
+    for sampler, calls in by_sampler.items():
+        compiles = ", ".join(f"{s:.1f}" for s in calls["continuations"]["compile_s_per_update"])
+        lines.append(f"Compiles during the continuations, {sampler}, by update (s): "
+                     f"{compiles}")
+    return "\n".join(lines)
 
 
-def measure(tree: Path, updates: int, arms: Sequence[str]) -> dict[str, dict]:
+def measure(tree: Path, updates: int, arms: Sequence[str], sampler: Sequence[str] = ()
+            ) -> dict[str, dict]:
     out = {}
     for arm in arms:
         with tempfile.TemporaryDirectory() as run_dir:
-            out[arm] = phases(train(tree, arm, updates, Path(run_dir) / "run"))
-        print(f"{tree}: {arm}: {json.dumps(out[arm])}", flush=True)
+            out[arm] = phases(train(tree, arm, updates, Path(run_dir) / "run", sampler))
+        print(f"{tree} {' '.join(sampler)}: {arm}: {json.dumps(out[arm])}", flush=True)
     return out
 
 
@@ -221,6 +245,8 @@ def main() -> None:
     parser.add_argument("--ref", metavar="REV", help="also measure this git revision")
     parser.add_argument("--arms", nargs="*", choices=list(ARMS), default=list(ARMS),
                         help="the methods timed (none: only --calls)")
+    parser.add_argument("--samplers", nargs="*", choices=list(SAMPLERS),
+                        default=list(SAMPLERS), help="the samplers this tree runs with")
     parser.add_argument("--calls", action="store_true",
                         help="count the generate calls of ProVer's updates in this tree")
     parser.add_argument("--no-write", action="store_true")
@@ -235,15 +261,18 @@ def main() -> None:
         results = {}
         with tempfile.TemporaryDirectory() as scratch:
             if args.ref:
-                results[args.ref] = measure(export(args.ref, Path(scratch)), args.updates,
-                                            args.arms)
-            results[f"{head} (this tree)"] = measure(ROOT, args.updates, args.arms)
+                results[f"{args.ref}, turns"] = measure(export(args.ref, Path(scratch)),
+                                                        args.updates, args.arms)
+            for sampler in args.samplers:
+                results[f"{head} (this tree), {sampler}"] = measure(
+                    ROOT, args.updates, args.arms, SAMPLERS[sampler])
         print(table(results))
         if not args.no_write:
             report.write("update", "A trainer update on household-small (`bench/update.py`)",
                          machine + ", the first not timed", table(results), results)
     if args.calls:
-        calls = generate_calls(args.updates)
+        calls = {sampler: generate_calls(args.updates, SAMPLERS[sampler])
+                 for sampler in args.samplers}
         print(calls_table(calls))
         if not args.no_write:
             report.write("update-calls", "Where ProVer's continuations spend their time "

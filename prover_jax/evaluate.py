@@ -64,6 +64,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="sampled episodes per task (pass^k up to this k)")
     parser.add_argument("--max-actions", type=int)
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--decode-chunk", type=int, default=0,
+                        help="decode continuously, this many tokens per call, rows taking "
+                        "their next turn between calls (0: every reply of a turn in one call)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     baseline = parser.add_mutually_exclusive_group()
@@ -97,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise ValueError(f"{name} has no expert")
         config = EvalConfig(eval_split(env, args.split), args.tasks, args.samples,
                             max_actions=args.max_actions, max_new_tokens=args.max_new_tokens,
-                            seed=args.seed)
+                            seed=args.seed, decode_chunk=args.decode_chunk)
         chat = None
         if args.model is not None:
             stored = runs.stored_chat(args.model)

@@ -72,7 +72,7 @@ def evaluate_model(pool: EnvPool, params, cfg, tokenizer, config: EvalConfig,
     results = {}
     for mode, (temperature, samples) in modes.items():
         sampling = SamplingConfig(max_new_tokens=config.max_new_tokens or 32,
-                                  temperature=temperature)
+                                  temperature=temperature, decode_chunk=config.decode_chunk or 0)
         policy = ModelPolicy(params, cfg, tokenizer, system, sampling, chat)
         results[mode] = evaluate(pool, policy, tasks, samples, random.Random(config.seed),
                                  config.max_actions)

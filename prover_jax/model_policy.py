@@ -41,7 +41,7 @@ from models.qwen import QwenConfig, chat, kv_cache
 from models.qwen.chat import END_OF_TURN, AgentFormat
 from models.qwen.sampler import generate, sampling_params
 from prover_jax.batch import bucket
-from prover_jax.rollout import Action, Episode, Policy
+from prover_jax.rollout import PENDING, Action, Episode, Policy
 from prover_jax.settings import ChatConfig, SamplingConfig
 from tpu.mesh import AXES, BATCH_AXES, cache_shardings, row_sharding
 
@@ -104,8 +104,32 @@ class _Held:
     length: int  # tokens of the stream
 
     def holds(self, episode: Episode) -> bool:
-        return (self.task == episode.task and len(self.actions) == len(episode.actions)
-                and all(a is b for a, b in zip(self.actions, episode.actions)))
+        return same_episode(self.task, self.actions, episode)
+
+
+def same_episode(task: Task, actions: tuple[Action, ...], episode: Episode) -> bool:
+    """Whether `episode` is the one of `task` through exactly these `actions` (the same
+    objects: a stream is held only by the episode that sampled it)."""
+    return (task == episode.task and len(actions) == len(episode.actions)
+            and all(a is b for a, b in zip(actions, episode.actions)))
+
+
+@dataclasses.dataclass
+class _Decoding:
+    """A row of a continuously decoding policy: the episode whose stream it holds (through
+    its last reply, or its prompt) and the reply being decoded, if one is."""
+
+    task: Task
+    actions: tuple[Action, ...]
+    written: int  # stream tokens in the cache; the next one, `pending`, is not yet
+    pending: int  # the token the next call feeds (at position `written`)
+    context: np.ndarray  # int32 [C] what the current (or last) reply read after the stream
+    key: np.ndarray | None = None  # uint32 [2] the reply's key data; None: no reply running
+    ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+
+    def holds(self, episode: Episode) -> bool:
+        return same_episode(self.task, self.actions, episode)
 
 
 @dataclasses.dataclass
@@ -116,6 +140,9 @@ class RolloutStats:
     generated: int = 0  # sampled tokens
     calls: int = 0  # `generate` calls
     overflows: int = 0  # episodes ended because their stream would exceed max_context
+    # rows x decode steps of the `generate` calls (each runs every row of its batch until its
+    # last row is done): `generated` over this is the share of the batch's slots that sampled
+    row_steps: int = 0
 
 
 class ModelPolicy(Policy):
@@ -156,11 +183,20 @@ class ModelPolicy(Policy):
         self.stats = RolloutStats()
         self._cache: kv_cache.Cache | None = None
         self._held: list[_Held | None] = []
+        # with `sampling.decode_chunk`: what each cache row holds, and each pool slot's row
+        self._rows: list[_Decoding | None] = []
+        self._row_of: dict[int, int] = {}
 
     @property
     def cache_slots(self) -> int:
         """Slots per row of the KV cache kept across turns (0 before the first call)."""
         return 0 if self._cache is None else int(self._cache.valid.shape[1])
+
+    @property
+    def cache_rows(self) -> int:
+        """Rows of the KV cache (0 before the first call): one per pool slot, or with
+        `sampling.decode_chunk` the power of two the episodes of the last call needed."""
+        return 0 if self._cache is None else int(self._cache.valid.shape[0])
 
     def context(self, episode: Episode) -> np.ndarray:
         """int32 [C] the tokens the episode's next reply reads after its stream so far."""
@@ -171,7 +207,9 @@ class ModelPolicy(Policy):
         return np.concatenate([stream_ids(episode), self.context(episode)])
 
     def act(self, episodes: Sequence[Episode], slots, pool, rngs: Sequence[random.Random]
-            ) -> list[Action | None]:
+            ) -> list[Action | str | None]:
+        if self.sampling.decode_chunk:
+            return self._act_continuously(episodes, slots, rngs)
         rows = pool.num_slots
         if self._cache is None or len(self._held) != rows:
             self._cache, self._held = None, [None] * rows
@@ -253,10 +291,172 @@ class ModelPolicy(Policy):
                        top_k=jnp.int32(s.top_k), top_p=jnp.float32(s.top_p), pad_id=self.pad_id)
         self._cache = out.cache
         ids, logprobs, lengths = jax.device_get((out.tokens, out.logprobs, out.lengths))
-        self.stats.calls += 1
-        self.stats.generated += int(lengths.sum())
+        self._count_call(lengths)
         return {row: (ids[row, : lengths[row]].tolist(),
                       logprobs[row, : lengths[row]].tolist()) for row in acting}
+
+    def _count_call(self, lengths: np.ndarray) -> None:
+        """Counts one `generate` call that sampled `lengths` [rows] tokens per row."""
+        self.stats.calls += 1
+        self.stats.generated += int(lengths.sum())
+        self.stats.row_steps += len(lengths) * int(lengths.max())
+
+    def _act_continuously(self, episodes: Sequence[Episode], slots: Sequence[int],
+                          rngs: Sequence[random.Random]) -> list[Action | str | None]:
+        """`act` with `sampling.decode_chunk`: one call of `decode_chunk` tokens for every row.
+
+        Each episode whose row has no reply running starts one first: a row that holds its
+        stream through the last reply writes the new context after it (`kv_cache.extend_rows`,
+        those rows alone); an episode new to the policy takes an empty row and prefills its
+        whole stream (once per distinct stream, `kv_cache.prefill_rows`). Its key is drawn
+        from the episode's stream then, once per reply, as `act` draws it, and every token of
+        the reply is drawn with it at the token's place in the reply (`generate`'s
+        `key_offsets`): so the reply is the one `act` samples, whatever the chunks. The
+        episodes whose reply ended in this call get their action; the others `PENDING`.
+
+        The cache has the power of two of rows its episodes need (`_fit_rows`), not one per
+        pool slot: every decode step runs every row.
+        """
+        s = self.sampling
+        kept = {slot: self._row_of[slot] for slot, episode in zip(slots, episodes)
+                if slot in self._row_of and self._rows[self._row_of[slot]].holds(episode)}
+        ended = [row for slot, row in self._row_of.items() if slot not in kept]
+        for row in ended:
+            self._rows[row] = None
+        if ended and self._cache is not None:
+            self._cache = kv_cache.reset_rows(self._cache, jnp.asarray(
+                np.isin(np.arange(len(self._rows)), ended)))
+        self._row_of = kept
+        self._fit_rows(len(slots))
+        free = (row for row, held in enumerate(self._rows) if held is None)
+        for slot in slots:
+            if slot not in self._row_of:
+                self._row_of[slot] = next(free)
+        fresh, extended, out, emptied = {}, {}, {}, []
+        for episode, slot, rng in zip(episodes, slots, rngs):
+            r = self._row_of[slot]
+            row = self._rows[r]
+            if row is not None and row.key is not None:
+                continue  # its reply is being decoded
+            context = self.context(episode)
+            stream = row.written + 1 if row is not None else len(stream_ids(episode))
+            if stream + len(context) + s.max_new_tokens > self.max_context:
+                self.stats.overflows += 1
+                self._rows[r], out[slot] = None, None
+                del self._row_of[slot]
+                emptied.append(r)
+                continue
+            if row is None:
+                fresh[r] = np.concatenate([stream_ids(episode), context])
+                row = _Decoding(episode.task, episode.actions, len(fresh[r]) - 1, 0, context)
+            else:
+                extended[r] = np.concatenate([[row.pending], context[:-1]]).astype(np.int32)
+                row.written += len(context)
+            row.pending, row.context = int(context[-1]), context
+            row.key = np.array(divmod(rng.getrandbits(64), 1 << 32), np.uint32)
+            row.ids, row.logprobs = [], []
+            self._rows[r] = row
+        self._start_replies(sorted({*emptied, *fresh}), fresh, extended)
+        decoding = [row for row, held in enumerate(self._rows) if held is not None]
+        if decoding:
+            ended_replies = self._decode_chunk(decoding)
+            out.update({slot: ended_replies[row] for slot, row in self._row_of.items()
+                        if row in ended_replies})
+        return [out.get(slot, PENDING) for slot in slots]
+
+    def _fit_rows(self, needed: int) -> None:
+        """Gives the cache the power of two of rows that `needed` episodes take: more rows
+        (empty) when they do not fit, or the rows in use moved to the front of half as many or
+        fewer when that holds them (`kv_cache.select_rows`)."""
+        count, target = len(self._rows), bucket(needed)
+        if self._cache is None:
+            self._rows = [None] * target
+            return
+        if target > count:
+            order = [*range(count), *[-1] * (target - count)]
+        elif target <= count // 2:
+            used = [row for row, held in enumerate(self._rows) if held is not None]
+            order = [*used, *[-1] * (target - len(used))]
+        else:
+            return
+        self._cache = self._on_mesh(kv_cache.select_rows(self._cache,
+                                                         jnp.asarray(order, jnp.int32)))
+        self._rows = [self._rows[row] if row >= 0 else None for row in order]
+        moved = {row: i for i, row in enumerate(order) if row >= 0}
+        self._row_of = {slot: moved[row] for slot, row in self._row_of.items()}
+
+    def _start_replies(self, emptied: list[int], fresh: dict[int, np.ndarray],
+                       extended: dict[int, np.ndarray]) -> None:
+        """Empties the `emptied` rows (the `fresh` ones among them) and prefills the fresh
+        streams but their last token; writes the `extended` rows' new tokens after what they
+        hold; and makes room for the next call."""
+        s, rows = self.sampling, len(self._rows)
+        if self._cache is not None and emptied:
+            self._cache = kv_cache.reset_rows(self._cache,
+                                              jnp.asarray(np.isin(np.arange(rows), emptied)))
+        distinct = {tuple(ids[:-1].tolist()): None for ids in fresh.values() if len(ids) > 1}
+        distinct = {head: i for i, head in enumerate(distinct)}
+        head_len = bucket(max(map(len, distinct)), s.min_prompt_tokens) if distinct else 0
+        tail_len = (bucket(max(map(len, extended.values())), s.min_prompt_tokens)
+                    if extended else 0)
+        needed = head_len + tail_len + s.decode_chunk
+        self._cache = (self._empty_cache(rows, bucket(needed)) if self._cache is None
+                       else kv_cache.with_room(self._cache, needed, shrink=True))
+        if distinct:
+            self._prefill_shared(rows, distinct, fresh, list(fresh), head_len)
+        if extended:
+            count = bucket(len(extended))
+            tokens = np.full((count, tail_len), self.pad_id, np.int32)
+            positions = np.full((count, tail_len), -1, np.int32)
+            targets = np.full(count, -1, np.int32)
+            for i, (row, new) in enumerate(extended.items()):
+                begin = self._rows[row].written - len(new)
+                tokens[i, tail_len - len(new):] = new
+                positions[i, tail_len - len(new):] = np.arange(begin, begin + len(new))
+                targets[i] = row
+            self._cache = kv_cache.extend_rows(self.params, self.cfg, self._cache,
+                                               *self._placed((targets, tokens, positions)))
+        self.stats.prefilled += (sum(map(len, distinct)) + len(fresh)
+                                 + sum(map(len, extended.values())))
+
+    def _decode_chunk(self, decoding: list[int]) -> dict[int, Action]:
+        """One `generate` call of `decode_chunk` tokens for every row, the `decoding` ones
+        each fed its pending token; {row: action} of the replies that ended."""
+        s, rows = self.sampling, len(self._rows)
+        tokens = np.full((rows, 1), self.pad_id, np.int32)
+        positions = np.full((rows, 1), -1, np.int32)
+        keys = np.zeros((rows, 2), np.uint32)
+        offsets = np.zeros(rows, np.int32)
+        budgets = np.ones(rows, np.int32)
+        for r in decoding:
+            row = self._rows[r]
+            tokens[r, 0], positions[r, 0], keys[r] = row.pending, row.written, row.key
+            offsets[r], budgets[r] = len(row.ids), s.max_new_tokens - len(row.ids)
+        tokens, positions, offsets, budgets = self._placed((tokens, positions, offsets, budgets))
+        keys = jax.random.wrap_key_data(jnp.asarray(keys), impl="threefry2x32")
+        out = generate(self.params, self.cfg, tokens, positions, self._cache, keys,
+                       max_tokens=s.decode_chunk, max_new_tokens=budgets,
+                       stop_tokens=self.stop_tokens, temperature=np.float32(s.temperature),
+                       top_k=np.int32(s.top_k), top_p=np.float32(s.top_p), pad_id=self.pad_id,
+                       write_last=False, key_offsets=offsets)
+        self._cache = out.cache
+        ids, logprobs, lengths = jax.device_get((out.tokens, out.logprobs, out.lengths))
+        self._count_call(lengths)
+        ended = {}
+        stop = int(self.format.end_of_turn)
+        for r in decoding:
+            row, n = self._rows[r], int(lengths[r])
+            row.ids += ids[r, :n].tolist()
+            row.logprobs += logprobs[r, :n].tolist()
+            row.written, row.pending = row.written + n, row.ids[-1]
+            if row.ids[-1] != stop and len(row.ids) < s.max_new_tokens:
+                continue
+            reply = self.tokenizer.decode(row.ids, skip_special_tokens=False)
+            action = Action(parse_action(reply.removesuffix(END_OF_TURN)), tuple(row.ids),
+                            tuple(row.logprobs), tuple(row.context.tolist()))
+            row.actions, row.key = row.actions + (action,), None
+            ended[r] = action
+        return ended
 
     def _placed(self, arrays):
         """Device arrays of `arrays` [N, ...]; on a mesh, rows over its batch axes where they
@@ -268,9 +468,12 @@ class ModelPolicy(Policy):
                      else jnp.asarray(x) for x in arrays)
 
     def _empty_cache(self, rows: int, slots: int) -> kv_cache.Cache:
-        """An empty cache in the sampling dtype; on a mesh, its rows over the batch axes
+        """An empty cache in the sampling dtype (`_on_mesh`)."""
+        return self._on_mesh(kv_cache.empty(self.cfg, rows, slots, self.sampling.dtype))
+
+    def _on_mesh(self, cache: kv_cache.Cache) -> kv_cache.Cache:
+        """`cache` as the sampler keeps it: on a mesh, its rows over the batch axes
         (`tpu.mesh.cache_shardings`), so each device decodes its share of them."""
-        cache = kv_cache.empty(self.cfg, rows, slots, self.sampling.dtype)
         if self.mesh is None:
             return cache
         return jax.device_put(cache, cache_shardings(cache, self.mesh))

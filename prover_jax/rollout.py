@@ -107,16 +107,21 @@ class Episode:
             next_context_ids=())
 
 
+PENDING = "pending"  # `Policy.act`: this episode's action is still being decoded
+
+
 class Policy(abc.ABC):
     """Chooses the next action of each episode."""
 
     @abc.abstractmethod
     def act(self, episodes: Sequence[Episode], slots: Sequence[int], pool: EnvPool,
-            rngs: Sequence[random.Random]) -> list[Action | None]:
+            rngs: Sequence[random.Random]) -> list[Action | str | None]:
         """One action per episode; ``slots[i]`` holds ``episodes[i]`` in ``pool`` and
         ``rngs[i]`` is its own random stream (its action must not depend on any other's, so an
         episode plays the same in any batch). None ends an episode whose context is full
-        (`run` marks it truncated and ``overflow``)."""
+        (`run` marks it truncated and ``overflow``). `PENDING` (a policy that decodes
+        continuously) leaves the episode as it is: `run` asks again, with the episodes that
+        took an action meanwhile."""
 
 
 class ScriptedPolicy(Policy):
@@ -223,8 +228,8 @@ def run(pool: EnvPool, policy: Policy, episodes: Sequence[Episode],
                 index, episode, _ = running.pop(slot)
                 finished[index] = dataclasses.replace(episode, done=True, truncated=True,
                                                       overflow=True)
-        slots = [s for s, a in zip(acting, chosen) if a is not None]
-        actions = [a for a in chosen if a is not None]
+        slots = [s for s, a in zip(acting, chosen) if isinstance(a, Action)]
+        actions = [a for a in chosen if isinstance(a, Action)]
         if not slots:
             continue
         steps = pool.step(slots, [a.text for a in actions])

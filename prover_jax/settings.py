@@ -55,7 +55,10 @@ class SamplingConfig:
     ``max_position_embeddings``). ``dtype`` is that of the weights and the KV cache while
     sampling ("bfloat16" halves both; the log-probabilities stay float32).
     ``reuse_cache=False`` prefills every episode's whole stream into a fresh cache at every turn
-    (the reference path: same tokens, quadratic cost).
+    (the reference path: same tokens, quadratic cost). ``decode_chunk`` 0 decodes every reply
+    of a turn in one call; N > 0 decodes continuously, N tokens per call: between calls, a row
+    whose reply ended takes its episode's next turn (or a waiting episode) while the other rows
+    decode on (`model_policy.ModelPolicy`).
     """
 
     max_new_tokens: int = 128
@@ -66,6 +69,7 @@ class SamplingConfig:
     max_context: int | None = None
     reuse_cache: bool = True
     dtype: str = "float32"
+    decode_chunk: int = 0
 
     def __post_init__(self):
         check_choice("sampling.dtype", self.dtype, SAMPLING_DTYPES)
@@ -73,6 +77,10 @@ class SamplingConfig:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError("need temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+        if self.decode_chunk < 0 or (self.decode_chunk and not self.reuse_cache):
+            raise ValueError(f"decode_chunk must be >= 0, and needs reuse_cache (continuous "
+                             f"decoding keeps every row's cache), got {self.decode_chunk} with "
+                             f"reuse_cache={self.reuse_cache}")
         if self.max_context is not None and self.max_context <= self.max_new_tokens:
             raise ValueError(f"max_context={self.max_context} leaves no room for a prompt "
                              f"and max_new_tokens={self.max_new_tokens}")
@@ -107,6 +115,8 @@ class EvalConfig:
       max_actions: cap per episode (None: the environment's turn limit).
       max_new_tokens: per reply (None: 32, or the training run's).
       seed: the sampled episodes' randomness.
+      decode_chunk: the sampler's `SamplingConfig.decode_chunk` (None: a training run's, 0
+        elsewhere).
       probe_tasks: held-out tasks whose demonstrated episodes give the choice probe's states
         (`prover_jax.choice_probe`, the teacher-forced probability of the right choice there;
         an environment with a choice oracle, household-pivot); 0: no probe. A training run
@@ -120,6 +130,7 @@ class EvalConfig:
     max_actions: int | None = None
     max_new_tokens: int | None = None
     seed: int = 0
+    decode_chunk: int | None = None
     probe_tasks: int = 0
 
     def __post_init__(self):
@@ -127,6 +138,8 @@ class EvalConfig:
                                                         and self.tasks < 1):
             raise ValueError(f"need samples >= 0, probe_tasks >= 0 and tasks >= 1, got "
                              f"{self.samples}, {self.probe_tasks}, {self.tasks}")
+        if self.decode_chunk is not None and self.decode_chunk < 0:
+            raise ValueError(f"decode_chunk must be >= 0, got {self.decode_chunk}")
         if not self.greedy and not self.samples and not self.probe_tasks:
             raise ValueError("nothing to run: greedy is off, samples and probe_tasks are 0")
 

@@ -781,11 +781,13 @@ def evaluated(config: TrainConfig, pool: EnvPool, params, learner: Learner, cfg,
 def held_out(config: TrainConfig, pool: EnvPool, params, cfg, tokenizer, env: envs.Env
              ) -> dict[str, float]:
     """``eval/<mode>/<metric>`` of `params` on the held-out tasks (`config.evaluation`, with
-    the run's reply length and action cap where it sets none)."""
+    the run's reply length, action cap and decode chunk where it sets none)."""
     settings = config.evaluation
     settings = dataclasses.replace(
         settings, max_new_tokens=settings.max_new_tokens or config.sampling.max_new_tokens,
-        max_actions=settings.max_actions or config.max_actions)
+        max_actions=settings.max_actions or config.max_actions,
+        decode_chunk=(config.sampling.decode_chunk if settings.decode_chunk is None
+                      else settings.decode_chunk))
     tasks = env.tasks(eval_split(env, settings.split))[: settings.tasks]
     results = evaluate_model(pool, params, cfg, tokenizer, settings, tasks, config.chat)
     return {f"eval/{mode}/{k}": v for mode, metrics in results.items() for k, v in metrics.items()}

@@ -10,10 +10,15 @@ A long-lived cache therefore needs housekeeping, all of it here and all jitted:
 - `compact`: move every row's valid slots to the front, in order, so `length` is the longest
   row's token count again;
 - `resize`: more slots, or fewer once `compact` has freed them (attention reads every slot,
-  so a cache that stays larger than its rows need costs every decode step);
+  so a cache that stays larger than its rows need costs every decode step); `with_room`
+  compacts and resizes only when the free slots run out;
 - `prefill_rows`: write tokens into some rows only, through a small batch of distinct
   sequences, each copied to every row that shares it (K continuations of one prefix, or the G
-  episodes of one task, are prefilled once).
+  episodes of one task, are prefilled once);
+- `extend_rows`: write new tokens after what some rows hold, those rows alone running the
+  model (a continuous batch's next turn for a few rows, while the others wait mid-reply);
+- `select_rows`: a cache of other rows: some of these, in another order, and empty ones
+  (fewer rows once most have ended, since every decode step runs every row; or more).
 
 Attention masks slots by validity and by order, never by index, so none of this changes what a
 row attends to. Keys and values: [n_full, B, K, S, E] or a tuple of [B, K, S, E]; `valid`
@@ -59,6 +64,27 @@ def reset_rows(cache: Cache, rows: jax.Array) -> Cache:
                           state=cache.state * keep[None, :, None, None, None])
 
 
+@jax.jit  # no donation: the row count changes
+def select_rows(cache: Cache, rows: jax.Array) -> Cache:
+    """A cache of R rows: row i is `cache`'s row rows[i], or an empty row where rows[i] is -1.
+
+    Args:
+      cache: a cache of B rows.
+      rows: int32 [R], entries in [-1, B).
+
+    Returns:
+      A cache of R rows and the same slots and `length`.
+    """
+    take = jnp.maximum(rows, 0)
+    kept = rows >= 0
+    picked = _map_kv(lambda x, batch_axis: jnp.take(x, take, axis=batch_axis), cache)
+    return picked._replace(
+        valid=cache.valid[take] & kept[:, None],
+        history=jnp.take(cache.history, take, axis=1) * kept[None, :, None, None].astype(
+            cache.history.dtype),
+        state=jnp.take(cache.state, take, axis=1) * kept[None, :, None, None, None])
+
+
 @functools.partial(jax.jit, donate_argnums=0)
 def compact(cache: Cache) -> Cache:
     """The cache with each row's valid slots moved to the front, in order; `length` becomes
@@ -101,6 +127,19 @@ def _resized(cache: Cache, slots: int) -> Cache:
 
     cache = _map_kv(lambda x, batch_axis: fit(x, batch_axis + 2), cache)
     return cache._replace(valid=fit(cache.valid, 1))
+
+
+def with_room(cache: Cache, needed: int, shrink: bool = False) -> Cache:
+    """`cache` with `needed` free slots after its `length`: as it is where it has them, else
+    compacted, and grown to the power of two of slots it then needs where that is not enough
+    (with `shrink`, also cut down to it where it is smaller)."""
+    if int(cache.length) + needed <= cache.valid.shape[1]:
+        return cache
+    cache = compact(cache)
+    slots = 1 << (int(cache.length) + needed - 1).bit_length()
+    if slots > cache.valid.shape[1] or (shrink and slots < cache.valid.shape[1]):
+        cache = resize(cache, slots)
+    return cache
 
 
 def _write_rows(into: Cache, source: Cache, sources: jax.Array) -> Cache:
@@ -161,3 +200,50 @@ def prefill_rows(params, cfg: QwenConfig, cache: Cache, tokens: jax.Array,
         fresh = fresh._replace(k=tuple(fresh.k), v=tuple(fresh.v))
     _, written = forward(params, cfg, tokens, positions, fresh, last_only=True, hidden_only=True)
     return _write_rows(cache, written, sources)
+
+
+@functools.partial(jax.jit, static_argnames="cfg", donate_argnames="cache")
+def extend_rows(params, cfg: QwenConfig, cache: Cache, rows: jax.Array, tokens: jax.Array,
+                positions: jax.Array) -> Cache:
+    """Writes U rows' new tokens after what each holds, attending to it.
+
+    The U rows are gathered into a small batch of their own (every slot), run through the
+    model with the new tokens and written back, so the other rows cost nothing. The tokens
+    take slots `length .. length + P - 1` of their rows; the other rows' slots there stay
+    invalid.
+
+    Args:
+      params, cfg: the model (params as `sampler.sampling_params` lays them out).
+      cache: the cache of B rows, with room for P more slots after its `length`.
+      rows: int32 [U] the rows to extend, -1 for none (padding the count to a bucket).
+      tokens: int32 [U, P] their new tokens, left-padded.
+      positions: int32 [U, P] their rotary positions, -1 on padding.
+
+    Returns:
+      The cache with `length` advanced by P.
+    """
+    batch = cache.valid.shape[0]
+    take = jnp.maximum(rows, 0)
+    # the padding rows write out of bounds: dropped
+    into = jnp.where(rows >= 0, rows, batch)
+
+    def gather(x, batch_axis):
+        return jnp.take(x, take, axis=batch_axis)
+
+    def scatter(whole, part, batch_axis):
+        index = (slice(None),) * batch_axis + (into,)
+        return whole.at[index].set(part, mode="drop")
+
+    picked = _map_kv(gather, cache)._replace(valid=cache.valid[take],
+                                             history=gather(cache.history, 1),
+                                             state=gather(cache.state, 1))
+    _, written = forward(params, cfg, tokens, positions, picked, last_only=True,
+                         hidden_only=True)
+    if isinstance(cache.k, tuple):
+        k = tuple(scatter(a, b, 0) for a, b in zip(cache.k, written.k))
+        v = tuple(scatter(a, b, 0) for a, b in zip(cache.v, written.v))
+    else:
+        k, v = scatter(cache.k, written.k, 1), scatter(cache.v, written.v, 1)
+    return Cache(k, v, scatter(cache.valid, written.valid, 0), written.length,
+                 scatter(cache.history, written.history, 1),
+                 scatter(cache.state, written.state, 1))

@@ -193,7 +193,9 @@ class _Loop(NamedTuple):
     lengths: jax.Array
     done: jax.Array  # bool [B]: the row produced a stop token or spent its budget
     last: jax.Array  # int32 [B] latest token
-    pending: jax.Array  # bool [B]: `last` is a real token not yet written to the cache
+    # bool [B]: the next step writes `last`, a real token not yet in the cache (without
+    # write_last, never a done row's: its last token stays out)
+    pending: jax.Array
     pos: jax.Array  # int32 [B] rotary position of `last`
     cache: Cache
     top_tokens: jax.Array | None = None  # int32 [B, N, K], with top_logprobs
@@ -216,7 +218,8 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
              max_new_tokens: jax.Array, stop_tokens: jax.Array,
              temperature: jax.Array = 1.0, top_k: jax.Array = 0, top_p: jax.Array = 1.0,
              pad_id: int | jax.Array = 0, penalties: Penalties | None = None,
-             top_logprobs: int = 0, write_last: bool = True) -> Sampled:
+             top_logprobs: int = 0, write_last: bool = True,
+             key_offsets: jax.Array | None = None) -> Sampled:
     """Samples continuations of a left-padded batch of prompts.
 
     Checks the prompt's token ids (`check_token_ids`), then runs `compiled_generate`, the
@@ -232,7 +235,7 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
         per row a row samples the same reply in any batch.
       max_tokens: N, static size of the output buffers.
       max_new_tokens: int32 scalar in [1, N], the budget of this call (at least one token is
-        always sampled).
+        always sampled), or int32 [B], one per row.
       stop_tokens: int32 [S] ids that end a row (included in its output).
       temperature, top_k, top_p: sampling knobs (arrays; 0 temperature = greedy; top_p in
         (0, 1]).
@@ -243,6 +246,9 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
       write_last: static; False leaves the last sampled token out of the cache, for the next
         call to prefill it and decode on (a token-for-token continuation; see the module
         docstring).
+      key_offsets: int32 [B] or None: row b's token in output column c is drawn with
+        `fold_in(key_b, key_offsets[b] + c)`, so a reply decoded in chunks, each passing the
+        tokens the row already has, draws what one call would (None: offsets 0).
 
     Returns:
       Sampled.
@@ -263,7 +269,8 @@ def generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positions: jax.A
                              max_tokens=max_tokens, max_new_tokens=max_new_tokens,
                              stop_tokens=stop_tokens, temperature=temperature, top_k=top_k,
                              top_p=top_p, pad_id=pad_id, penalties=penalties,
-                             top_logprobs=top_logprobs, write_last=write_last)
+                             top_logprobs=top_logprobs, write_last=write_last,
+                             key_offsets=key_offsets)
 
 
 # top_logprobs and write_last are static: their defaults compile the rollout's program unchanged
@@ -275,7 +282,7 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
                       temperature: jax.Array = 1.0, top_k: jax.Array = 0,
                       top_p: jax.Array = 1.0, pad_id: int | jax.Array = 0,
                       penalties: Penalties | None = None, top_logprobs: int = 0,
-                      write_last: bool = True) -> Sampled:
+                      write_last: bool = True, key_offsets: jax.Array | None = None) -> Sampled:
     """`generate` compiled, without the host-side check of the prompt (see `generate`)."""
     restack = platform_of(cache.valid) == "cpu" and not isinstance(cache.k, tuple)
     params = sampling_params(params, cfg)
@@ -287,10 +294,14 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
         raise ValueError(f"cache: {slots} slots cannot hold {prompt_len} prompt tokens and "
                          f"max_tokens={max_tokens}; a continued cache needs its length on top")
     budget = jnp.minimum(max_new_tokens, max_tokens)
+    # the loop's bound; a scalar budget compiles the program without per-row budgets unchanged
+    last_column = budget if jnp.ndim(budget) == 0 else jnp.max(budget)
     keys = row_keys(key, batch)
 
     def column_keys(column: jax.Array) -> jax.Array:
-        return jax.vmap(jax.random.fold_in, (0, None))(keys, column)
+        if key_offsets is None:
+            return jax.vmap(jax.random.fold_in, (0, None))(keys, column)
+        return jax.vmap(jax.random.fold_in)(keys, key_offsets + column)
 
     def top(logits: jax.Array) -> tuple[jax.Array | None, jax.Array | None]:
         if not top_logprobs:
@@ -314,14 +325,19 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
                       active)
         top_values = put(jnp.zeros((batch, max_tokens, top_logprobs), jnp.float32), 0,
                          top_values, active)
+    done = jnp.isin(token, stop_tokens) | (budget <= 1) | ~active
+
+    def unwritten(real: jax.Array, done: jax.Array) -> jax.Array:
+        # without write_last a row's last token, sampled when it is done, stays out of the cache
+        return real if write_last else real & ~done
+
     state = _Loop(
         step=jnp.ones((), jnp.int32),
         tokens=jnp.full((batch, max_tokens), pad_id, jnp.int32).at[:, 0].set(token),
         logprobs=jnp.zeros((batch, max_tokens), jnp.float32).at[:, 0].set(
             jnp.where(active, logprob, 0.0)),
         lengths=active.astype(jnp.int32),
-        done=jnp.isin(token, stop_tokens) | (budget <= 1) | ~active,
-        last=token, pending=active,
+        done=done, last=token, pending=unwritten(active, done),
         pos=jnp.max(prompt_positions, axis=1) + 1, cache=cache,
         top_tokens=top_ids, top_logprobs=top_values,
         penalties=_counted(penalties, token, active))
@@ -337,14 +353,14 @@ def compiled_generate(params, cfg: QwenConfig, prompt: jax.Array, prompt_positio
         top_ids, top_values = top(logits)
         return _Loop(s.step + 1, s.tokens.at[:, s.step].set(token),
                      s.logprobs.at[:, s.step].set(jnp.where(real, logprob, 0.0)),
-                     s.lengths + real, done, token, real, s.pos + real, cache,
+                     s.lengths + real, done, token, unwritten(real, done), s.pos + real, cache,
                      put(s.top_tokens, s.step, top_ids, real),
                      put(s.top_logprobs, s.step, top_values, real),
                      _counted(s.penalties, token, real))
 
     if max_tokens > 1:  # with one token the loop never runs: it need not be compiled
-        state = jax.lax.while_loop(lambda s: (s.step < budget) & ~jnp.all(s.done), decode,
-                                   state)
+        state = jax.lax.while_loop(lambda s: (s.step < last_column) & ~jnp.all(s.done),
+                                   decode, state)
     s = state
     cache = s.cache
     if write_last:

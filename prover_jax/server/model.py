@@ -511,7 +511,7 @@ class ModelBackend(Backend):
                 return
             remaining = max(table[r].job.max_tokens - len(table[r].ids) for r in live)
             chunk = min(CHUNK_TOKENS, remaining)
-            cache = _with_room(cache, 1 + CHUNK_TOKENS)
+            cache = kv_cache.with_room(cache, 1 + CHUNK_TOKENS)
 
     def _joining(self, free: int, knobs: tuple[float, float], top: int, penalties: bool
                  ) -> list[_Job]:
@@ -554,7 +554,7 @@ class ModelBackend(Backend):
         if heads:
             index = {head: i for i, head in enumerate(heads)}
             length = bucket(max(map(len, heads)))
-            cache = _with_room(cache, length + 1 + CHUNK_TOKENS)
+            cache = kv_cache.with_room(cache, length + 1 + CHUNK_TOKENS)
             head_tokens = np.full((bucket(len(heads)), length), self.pad_id, np.int32)
             head_positions = np.full(head_tokens.shape, -1, np.int32)
             for head, i in index.items():
@@ -615,17 +615,6 @@ def _chunk_keys(keys: jax.Array, offsets: jax.Array) -> jax.Array:
     """The rows' keys for a chunk starting at each row's token `offsets` [rows] (the sampler
     folds in the column within the chunk)."""
     return jax.vmap(jax.random.fold_in)(keys, offsets)
-
-
-def _with_room(cache, needed: int):
-    """`cache` with `needed` free slots after its length: compacted, and grown to a power of
-    two where that is not enough."""
-    if int(cache.length) + needed <= cache.valid.shape[1]:
-        return cache
-    cache = kv_cache.compact(cache)
-    if int(cache.length) + needed > cache.valid.shape[1]:
-        cache = kv_cache.resize(cache, bucket(int(cache.length) + needed))
-    return cache
 
 
 @functools.partial(jax.jit, static_argnums=1)

@@ -86,6 +86,7 @@ def test_housekeeping_keeps_every_row_its_own_sequence(tiny, layout):  # noqa: F
     assert int(rows.cache.length) == 8 + 4 + 1 + 8  # every call advances all rows
     rows.assert_rows_are_their_sequences(rng)
 
+
     before = int(rows.cache.length)
     rows.cache = kv_cache.compact(rows.cache)
     assert int(rows.cache.length) == max(map(len, rows.held)) < before
@@ -98,6 +99,30 @@ def test_housekeeping_keeps_every_row_its_own_sequence(tiny, layout):  # noqa: F
     rows.cache = kv_cache.resize(rows.cache, int(rows.cache.length) + 3)  # fewer slots
     rows.write([random_ids(rng, cfg, 2)] * ROWS, 2)
     assert rows.cache.valid.shape[1] == int(rows.cache.length) + 1
+    rows.assert_rows_are_their_sequences(rng)
+
+    # Rows 2 and 0 continue while row 1 waits: they alone run, each after what it holds.
+    rows.cache = kv_cache.with_room(rows.cache, 8)  # no room: compacted and grown
+    slots = rows.cache.valid.shape[1]
+    assert slots & (slots - 1) == 0 and int(rows.cache.length) + 8 <= slots
+    new = [random_ids(rng, cfg, 3), random_ids(rng, cfg, 5)]
+    tokens, positions = left_padded([*new, []], [len(rows.held[2]), len(rows.held[0]), 0], 8)
+    rows.cache = kv_cache.extend_rows(rows.params, cfg, rows.cache,
+                                      jnp.array([2, 0, -1], jnp.int32), tokens, positions)
+    rows.held[2] += new[0]
+    rows.held[0] += new[1]
+    rows.assert_rows_are_their_sequences(rng)
+    length = int(rows.cache.length)
+    assert kv_cache.with_room(rows.cache, slots - length) is rows.cache  # room: as it is
+    rows.cache = kv_cache.with_room(rows.cache, 100, shrink=True)
+    assert int(rows.cache.length) == max(map(len, rows.held)) < length
+    assert rows.cache.valid.shape[1] == 1 << (int(rows.cache.length) + 99).bit_length()
+    rows.assert_rows_are_their_sequences(rng)
+
+    # Other rows: 2 and 0 swapped, 1 dropped for an empty one, which then starts afresh.
+    rows.cache = kv_cache.select_rows(rows.cache, jnp.array([2, -1, 0], jnp.int32))
+    rows.held = [rows.held[2], [], rows.held[0]]
+    assert not np.asarray(rows.cache.valid[1]).any()
     rows.assert_rows_are_their_sequences(rng)
 
 

@@ -316,3 +316,43 @@ def test_chunked_decode_with_penalties_and_top_logprobs_matches_a_reference(tiny
         np.testing.assert_array_equal(counts, seen)
         if temperature == 0:  # the penalties changed the greedy replies of the penalised rows
             assert not np.array_equal(out[2], plain[2]) or not np.array_equal(out[0], plain[0])
+
+
+def test_a_reply_decoded_in_chunks_draws_what_one_call_draws(tiny):
+    """Chunks of 3 tokens, each told the tokens every row has (`key_offsets`) and given the
+    row's budget left, sample the tokens and log-probs of one call with the same row keys.
+    Without write_last a row's last token stays out of the cache, also when the row ended
+    before its chunk did."""
+    _, cfg, params = tiny
+    tokens, mask = prompts(cfg, seed=5)
+    keys = jax.random.split(jax.random.key(9), 3)
+    stop = int(np.asarray(run(params, cfg, tokens, mask, key=keys).tokens)[0, 4])
+    whole = run(params, cfg, tokens, mask, key=keys, stop=(stop,))
+    lengths = np.asarray(whole.lengths)
+    assert lengths[0] <= 5 and lengths.max() == MAX_TOKENS  # row 0 ends early, another not
+    cache = qwen.init_cache(cfg, 3, tokens.shape[1] + 2 * MAX_TOKENS + 8)
+    prompt, positions = tokens, np.asarray(qwen.positions_from_mask(mask))
+    got, logprobs = [[] for _ in range(3)], [[] for _ in range(3)]
+    while True:
+        offsets = np.array([len(g) for g in got], np.int32)
+        out = generate(params, cfg, prompt, positions, cache, keys, max_tokens=3,
+                       max_new_tokens=np.maximum(MAX_TOKENS - offsets, 1),
+                       stop_tokens=jnp.array([stop], jnp.int32), write_last=False,
+                       key_offsets=offsets, **KNOBS)
+        cache = out.cache
+        ids, lps, counts, following = (np.asarray(x) for x in (
+            out.tokens, out.logprobs, out.lengths, out.next_positions))
+        prompt, positions = np.zeros((3, 1), np.int32), np.full((3, 1), -1, np.int32)
+        for row in range(3):
+            got[row] += ids[row, :counts[row]].tolist()
+            logprobs[row] += lps[row, :counts[row]].tolist()
+            if counts[row] and got[row][-1] != stop and len(got[row]) < MAX_TOKENS:
+                prompt[row, 0], positions[row, 0] = got[row][-1], following[row] - 1
+        if (positions < 0).all():
+            break
+    for row in range(3):
+        assert got[row] == np.asarray(whole.tokens)[row, :lengths[row]].tolist()
+        np.testing.assert_allclose(logprobs[row], np.asarray(whole.logprobs)[row, :lengths[row]],
+                                   atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(cache.valid).sum(axis=1),
+                                  mask.sum(axis=1) + lengths - 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import jax
 import numpy as np
 import pytest
 
@@ -171,14 +172,16 @@ def test_context_overflow_ends_an_episode_as_truncated(trained_tokenizer, pool):
         SamplingConfig(max_new_tokens=8, max_context=8)
 
 
+@pytest.mark.parametrize("decode_chunk", [0, 3])
 def test_on_a_mesh_each_device_samples_its_rows_and_the_episodes_are_the_same(
-        trained_tokenizer, pool):  # noqa: F811
+        trained_tokenizer, pool, decode_chunk):  # noqa: F811
     from tpu.mesh import MeshConfig, build_mesh, to_sampler
 
     mesh = build_mesh(MeshConfig(data=2, fsdp=2, model=2))
     alone = run(pool, _policy(trained_tokenizer), [start(t) for t in TASKS], random.Random(0),
                 max_actions=2)
-    policy = _policy(trained_tokenizer, params=to_sampler(PARAMS, CFG, mesh))
+    policy = _policy(trained_tokenizer, params=to_sampler(PARAMS, CFG, mesh),
+                     decode_chunk=decode_chunk)
     assert policy.mesh is mesh
     spread = run(pool, policy, [start(t) for t in TASKS], random.Random(0), max_actions=2)
     rows = policy._cache.valid
@@ -186,3 +189,56 @@ def test_on_a_mesh_each_device_samples_its_rows_and_the_episodes_are_the_same(
     for ours, theirs in zip(spread, alone):
         assert ours.stream().tokens.tolist() == theirs.stream().tokens.tolist()
         np.testing.assert_allclose(ours.stream().logprobs, theirs.stream().logprobs, atol=1e-4)
+
+
+def early_stopping_params(tokenizer, logit: float = 1.3):
+    """PARAMS with every token's embedding 3 in its first dimension and the end-of-turn
+    token's head weight `logit` there: replies end after 1 to 12 tokens, unevenly."""
+    params = {**PARAMS, "embed": np.array(PARAMS["embed"]), "lm_head": np.array(PARAMS["lm_head"])}
+    params["embed"][:, 0] = 3.0
+    params["lm_head"][0, tokenizer.convert_tokens_to_ids(END_OF_TURN)] = logit
+    return params
+
+
+def test_continuous_decoding_samples_what_turn_by_turn_decoding_samples(
+        trained_tokenizer, pool):  # noqa: F811
+    """Decoding 3 tokens per call, rows taking their episode's next turn (or a waiting
+    episode, 6 for 4 slots) between calls, samples the same replies with the same log-probs
+    as decoding each turn's replies in one call: the keys are drawn per reply, and each token
+    with its place in the reply. Restored prefixes too. Replies of uneven length leave fewer
+    rows idle."""
+    starts = [start(t) for t in TASKS for _ in range(2)]
+    params = early_stopping_params(trained_tokenizer)
+
+    def both(episodes, seed):
+        return [(run(pool, policy, episodes, [random.Random(seed + i) for i in
+                                              range(len(episodes))], max_actions=4), policy)
+                for policy in (_policy(trained_tokenizer, params=params, max_new_tokens=12,
+                                       decode_chunk=chunk) for chunk in (0, 3))]
+
+    (reference, turns), (ours, chunks) = both(starts, 20)
+    for a, b in zip(ours, reference):
+        assert a.stream().tokens.tolist() == b.stream().tokens.tolist()
+        np.testing.assert_allclose(a.stream().logprobs, b.stream().logprobs, atol=1e-5)
+        assert a.valid == b.valid and a.observations == b.observations
+        # what the learner will score: the stream in one forward pass, no cache
+        stream = a.stream()
+        logits, _ = qwen.forward(params, CFG, stream.tokens[None],
+                                 np.arange(len(stream.tokens))[None])
+        scored = np.asarray(jax.nn.log_softmax(logits[0, :-1]))[
+            np.arange(len(stream.tokens) - 1), stream.tokens[1:]]
+        np.testing.assert_allclose(stream.logprobs[1:][stream.loss_mask[1:]],
+                                   scored[stream.loss_mask[1:]], atol=2e-5)
+    lengths = [len(a.token_ids) for e in ours for a in e.actions]
+    assert min(lengths) < 4 and max(lengths) == 12  # uneven: some replies span 4 calls
+    assert chunks.stats.generated == turns.stats.generated == sum(lengths)
+    assert sum(lengths) <= chunks.stats.row_steps < 0.8 * turns.stats.row_steps
+    # the last calls decoded the last episodes alone: the cache's rows shrank to fit them
+    assert chunks.cache_rows < turns.cache_rows == pool.num_slots
+    prefixes = [e.prefix(t) for e in reference[::2] for t in (1, 2)]
+    (reference, _), (ours, _) = both(prefixes, 40)
+    for a, b in zip(ours, reference):
+        assert a.stream().tokens.tolist() == b.stream().tokens.tolist()
+        np.testing.assert_allclose(a.stream().logprobs, b.stream().logprobs, atol=1e-5)
+    with pytest.raises(ValueError, match="decode_chunk"):
+        SamplingConfig(decode_chunk=4, reuse_cache=False)
