@@ -404,8 +404,9 @@ class ModelPolicy(Policy):
                        else kv_cache.with_room(self._cache, needed, shrink=True))
         if distinct:
             self._prefill_shared(rows, distinct, fresh, list(fresh), head_len)
-        if extended:
+        if extended:  # a bucket of at most half the rows, or every row (`extend_rows`)
             count = bucket(len(extended))
+            count = count if 2 * count <= rows else rows
             tokens = np.full((count, tail_len), self.pad_id, np.int32)
             positions = np.full((count, tail_len), -1, np.int32)
             targets = np.full(count, -1, np.int32)

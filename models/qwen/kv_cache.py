@@ -207,15 +207,16 @@ def extend_rows(params, cfg: QwenConfig, cache: Cache, rows: jax.Array, tokens: 
                 positions: jax.Array) -> Cache:
     """Writes U rows' new tokens after what each holds, attending to it.
 
-    The U rows are gathered into a small batch of their own (every slot), run through the
-    model with the new tokens and written back, so the other rows cost nothing. The tokens
-    take slots `length .. length + P - 1` of their rows; the other rows' slots there stay
-    invalid.
+    With U < B the U rows are gathered into a small batch of their own (every slot), run
+    through the model with the new tokens and written back, so the other rows cost nothing
+    (a copy of U rows: keep U to at most half the rows). With U = B every row runs, the others
+    on padding, in place. The tokens take slots `length .. length + P - 1` of their rows; the
+    other rows' slots there stay invalid.
 
     Args:
       params, cfg: the model (params as `sampler.sampling_params` lays them out).
       cache: the cache of B rows, with room for P more slots after its `length`.
-      rows: int32 [U] the rows to extend, -1 for none (padding the count to a bucket).
+      rows: int32 [U] the rows to extend, distinct, -1 for none (padding the count).
       tokens: int32 [U, P] their new tokens, left-padded.
       positions: int32 [U, P] their rotary positions, -1 on padding.
 
@@ -223,9 +224,14 @@ def extend_rows(params, cfg: QwenConfig, cache: Cache, rows: jax.Array, tokens: 
       The cache with `length` advanced by P.
     """
     batch = cache.valid.shape[0]
-    take = jnp.maximum(rows, 0)
     # the padding rows write out of bounds: dropped
     into = jnp.where(rows >= 0, rows, batch)
+    if tokens.shape[0] == batch:
+        tokens = jnp.zeros_like(tokens).at[into].set(tokens, mode="drop")
+        positions = jnp.full_like(positions, -1).at[into].set(positions, mode="drop")
+        return forward(params, cfg, tokens, positions, cache, last_only=True,
+                       hidden_only=True)[1]
+    take = jnp.maximum(rows, 0)
 
     def gather(x, batch_axis):
         return jnp.take(x, take, axis=batch_axis)

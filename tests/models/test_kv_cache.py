@@ -49,7 +49,7 @@ class Rows:
         """The next token of every row scores as in a plain forward over its sequence."""
         nxt = [[int(rng.integers(1, self.cfg.vocab_size))] for _ in range(ROWS)]
         expected = self.plain([h + n for h, n in zip(self.held, nxt)])
-        np.testing.assert_allclose(self.write(nxt, 1), expected, atol=2e-5, rtol=1e-4)
+        np.testing.assert_allclose(self.write(nxt, 1), expected, atol=5e-5, rtol=1e-4)
 
     def plain(self, sequences: list[list[int]]) -> np.ndarray:
         """float32 [R, V] the last logits of a cache-free forward over each whole sequence."""
@@ -101,17 +101,20 @@ def test_housekeeping_keeps_every_row_its_own_sequence(tiny, layout):  # noqa: F
     assert rows.cache.valid.shape[1] == int(rows.cache.length) + 1
     rows.assert_rows_are_their_sequences(rng)
 
-    # Rows 2 and 0 continue while row 1 waits: they alone run, each after what it holds.
-    rows.cache = kv_cache.with_room(rows.cache, 8)  # no room: compacted and grown
+    # Rows 2 and 0 continue while row 1 waits, each after what it holds: gathered (two of
+    # three rows), then in place (three of three, one of them padding).
+    rows.cache = kv_cache.with_room(rows.cache, 16)  # no room: compacted and grown
     slots = rows.cache.valid.shape[1]
-    assert slots & (slots - 1) == 0 and int(rows.cache.length) + 8 <= slots
-    new = [random_ids(rng, cfg, 3), random_ids(rng, cfg, 5)]
-    tokens, positions = left_padded([*new, []], [len(rows.held[2]), len(rows.held[0]), 0], 8)
-    rows.cache = kv_cache.extend_rows(rows.params, cfg, rows.cache,
-                                      jnp.array([2, 0, -1], jnp.int32), tokens, positions)
-    rows.held[2] += new[0]
-    rows.held[0] += new[1]
-    rows.assert_rows_are_their_sequences(rng)
+    assert slots & (slots - 1) == 0 and int(rows.cache.length) + 16 <= slots
+    for extending in ([2, 0], [2, 0, -1]):
+        new = [random_ids(rng, cfg, 3), random_ids(rng, cfg, 5)]
+        tokens, positions = left_padded(
+            [*new, []][: len(extending)], [len(rows.held[2]), len(rows.held[0]), 0], 8)
+        rows.cache = kv_cache.extend_rows(rows.params, cfg, rows.cache,
+                                          jnp.array(extending, jnp.int32), tokens, positions)
+        rows.held[2] += new[0]
+        rows.held[0] += new[1]
+        rows.assert_rows_are_their_sequences(rng)
     length = int(rows.cache.length)
     assert kv_cache.with_room(rows.cache, slots - length) is rows.cache  # room: as it is
     rows.cache = kv_cache.with_room(rows.cache, 100, shrink=True)
