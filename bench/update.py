@@ -5,14 +5,17 @@ Each measurement is ``python -m prover_jax.train`` with the tree's own
 from the committed SFT agent (``experiments/results/runs/sft``), no evaluation, no
 checkpoints, in a process of its own with the persistent compile cache off, so a shape first
 met in the middle of a run is compiled there, as it would be. GRPO and ProVer (the contrastive
-judge, 4 continuations) run from the same start and seed, each with both samplers: "turns"
-(every reply of a turn decoded in one call) and "continuous" (`sampling.decode_chunk`
-tokens per call, rows taking their next turn between calls). ``--ref REV`` runs the turns
-sampler in an export of revision REV (its code and its config), one after the other on the
-same machine.
+judge, 4 continuations) run from the same start and seed, each in every setup: "turns"
+(every reply of a turn decoded in one call), "continuous" (`sampling.decode_chunk` tokens
+per call, rows taking their next turn between calls) and "continuous, 1 stale" (the same with
+`asynchronous.max_staleness: 1`: the next update's rollout runs while the learner trains).
+``--ref REV`` runs the turns setup in an export of revision REV (its code and its config), one
+after the other on the same machine.
 
 Each run's ``metrics.jsonl`` gives per update the seconds of the rollout, the credit and the
 learner; the first update (which compiles every program) is dropped and the rest averaged.
+An asynchronous update's time is the learner's wait for its batch and its training (the
+rollout and credit overlap the previous update's training; their own seconds are shown).
 ProVer's overhead is (ProVer's update / GRPO's update - 1) over the extra policy tokens its
 continuations generated (as a fraction of the groups' own): 1 is a continuation token costing
 what a group token costs. Where continuations ran, the tokens generated per second by the
@@ -20,14 +23,15 @@ groups' rollout and by the continuations say where a difference comes from.
 
 Targets: an update <= 4.5 s on 2 idle cores; ProVer's overhead <= 1.25.
 
-``--calls`` also runs ProVer's updates in this process, with each sampler, and counts every
+``--calls`` also runs ProVer's updates in this process, with each synchronous setup, and
+counts every
 `generate` call: in the groups' rollout and in the continuations, the rows that generated, the
 share of the batch's row-steps that sampled a token (`RolloutStats.row_steps`; target >= 90%
 in the continuations), the tokens, the cache's slots and the seconds without compiles
 (`bench/rollout.py`'s timers), and the continuations' compiles by update.
 
 Usage: python bench/update.py [--updates 6] [--ref REV] [--arms [grpo prover]]
-       [--samplers [turns continuous]] [--calls]
+       [--setups [turns continuous "continuous, 1 stale"]] [--calls]
 Prints the tables, writes bench/results/update.json (and update-calls.json) and updates
 bench/RESULTS.md.
 """
@@ -50,7 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 START = ROOT / "experiments" / "results" / "runs" / "sft"
 ARMS = {"grpo": ["credit=grpo"], "prover": ["credit=prover", "host.judge=contrastive"]}
-SAMPLERS = {"turns": ["sampling.decode_chunk=0"], "continuous": ["sampling.decode_chunk=8"]}
+SETUPS = {"turns": ["sampling.decode_chunk=0"], "continuous": ["sampling.decode_chunk=8"],
+          "continuous, 1 stale": ["sampling.decode_chunk=8", "asynchronous.max_staleness=1"]}
 UPDATES = 6
 
 
@@ -65,11 +70,11 @@ def export(revision: str, into: Path) -> Path:
     return tree
 
 
-def train(tree: Path, arm: str, updates: int, run_dir: Path, sampler: Sequence[str] = ()
+def train(tree: Path, arm: str, updates: int, run_dir: Path, setup: Sequence[str] = ()
           ) -> list[dict]:
     """The per-update metrics of `updates` updates of `arm` run by the code in `tree`, with
-    the `sampler`'s settings."""
-    changes = [*ARMS[arm], *sampler, f"steps={updates}", "eval_every=0",
+    the `setup`'s settings."""
+    changes = [*ARMS[arm], *setup, f"steps={updates}", "eval_every=0",
                f"checkpoint_every={updates}", f"init={START}", f"run_dir={run_dir}", "seed=0"]
     env = dict(os.environ, PYTHONPATH=str(tree), JAX_PLATFORMS="cpu", PROVER_JAX_CACHE="off")
     subprocess.run([sys.executable, "-m", "prover_jax.train", "--config",
@@ -89,8 +94,10 @@ def phases(updates: Sequence[dict]) -> dict:
 
     timed = updates[1:]
     out = {p: sum(u[f"time/{p}_s"] for u in timed) / len(timed) for p in UPDATE_PHASES}
-    out["update"] = sum(out[p] for p in UPDATE_PHASES)
-    out["slowest_update"] = max(sum(u[f"time/{p}_s"] for p in UPDATE_PHASES) for u in timed)
+    # asynchronous: the learner waits for the batch, whose rollout and credit overlapped
+    waited = ("wait", "learner") if "time/wait_s" in timed[0] else UPDATE_PHASES
+    out["update"] = sum(u[f"time/{p}_s"] for u in timed for p in waited) / len(timed)
+    out["slowest_update"] = max(sum(u[f"time/{p}_s"] for p in waited) for u in timed)
     out["extra_tokens"] = sum(u.get("credit/prover/extra_policy_tokens_fraction", 0.0)
                               for u in timed) / len(timed)
     out["updates"] = len(timed)
@@ -116,7 +123,7 @@ def overhead(grpo: dict, prover: dict) -> float | None:
 
 
 def table(results: dict[str, dict[str, dict]]) -> str:
-    lines = [("| tree, sampler | method | update (s) | rollout (s) | credit (s) | of which "
+    lines = [("| tree, setup | method | update (s) | rollout (s) | credit (s) | of which "
               "continuations (s) | learner (s) | slowest update (s) | extra policy tokens | "
               "ProVer overhead (target <= 1.25) | generated tok/s: groups | continuations | "
               "a continuation token's cost, a group token's = 1 (target <= 1.2) |"),
@@ -137,8 +144,8 @@ def table(results: dict[str, dict[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def generate_calls(updates: int, sampler: Sequence[str]) -> dict[str, dict]:
-    """Every `generate` call of `updates` ProVer updates of this tree with the `sampler`'s
+def generate_calls(updates: int, setup: Sequence[str]) -> dict[str, dict]:
+    """Every `generate` call of `updates` ProVer updates of this tree with the `setup`'s
     settings, run in this process: per phase (the groups' rollout, ProVer's continuations)
     the calls, the rows that generated in them, the share of the row-steps that sampled, the
     tokens generated, the cache's slots, and the seconds of `generate`, the row prefills and
@@ -185,7 +192,7 @@ def generate_calls(updates: int, sampler: Sequence[str]) -> dict[str, dict]:
         model_policy.generate, verify.run = counted_generate, continuations
         try:
             config = load_config(TrainConfig, ROOT / "configs" / "household-small.yaml", [
-                *ARMS["prover"], *sampler, f"steps={updates}", "eval_every=0",
+                *ARMS["prover"], *setup, f"steps={updates}", "eval_every=0",
                 f"checkpoint_every={updates}", f"init={START}", f"run_dir={run_dir}/run"])
             trainer.train(config, *trainer.initial_model(config), log=lambda line: None)
         finally:
@@ -206,35 +213,35 @@ def generate_calls(updates: int, sampler: Sequence[str]) -> dict[str, dict]:
     return out
 
 
-def calls_table(by_sampler: dict[str, dict[str, dict]]) -> str:
-    lines = [("| sampler | phase | generate calls | rows generating (of the batch's) | "
+def calls_table(by_setup: dict[str, dict[str, dict]]) -> str:
+    lines = [("| setup | phase | generate calls | rows generating (of the batch's) | "
               "row-steps that sampled | tokens generated | cache slots: calls | generate (s) | "
               "ms per token | prefill_rows + extend_rows (s) | housekeeping (s) |"),
              "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
-    for sampler, calls in by_sampler.items():
+    for setup, calls in by_setup.items():
         for name in ("groups", "continuations"):
             c = calls[name]
             slots = ", ".join(f"{s:,}: {n}" for s, n in sorted(c["slots"].items()))
-            lines.append(f"| {sampler} | {name} | {c['calls']} | "
+            lines.append(f"| {setup} | {name} | {c['calls']} | "
                          f"{c['generating_rows']:.1f} of {c['rows']} | "
                          f"{c['sampling_share']:.0%} | {c['tokens']:,} | {slots} | "
                          f"{c['generate_s']:.2f} | {c['ms_per_token']:.2f} | "
                          f"{c['prefill_rows_s']:.2f} | {c['housekeeping_s']:.2f} |")
     lines.append("")
-    for sampler, calls in by_sampler.items():
+    for setup, calls in by_setup.items():
         compiles = ", ".join(f"{s:.1f}" for s in calls["continuations"]["compile_s_per_update"])
-        lines.append(f"Compiles during the continuations, {sampler}, by update (s): "
+        lines.append(f"Compiles during the continuations, {setup}, by update (s): "
                      f"{compiles}")
     return "\n".join(lines)
 
 
-def measure(tree: Path, updates: int, arms: Sequence[str], sampler: Sequence[str] = ()
+def measure(tree: Path, updates: int, arms: Sequence[str], setup: Sequence[str] = ()
             ) -> dict[str, dict]:
     out = {}
     for arm in arms:
         with tempfile.TemporaryDirectory() as run_dir:
-            out[arm] = phases(train(tree, arm, updates, Path(run_dir) / "run", sampler))
-        print(f"{tree} {' '.join(sampler)}: {arm}: {json.dumps(out[arm])}", flush=True)
+            out[arm] = phases(train(tree, arm, updates, Path(run_dir) / "run", setup))
+        print(f"{tree} {' '.join(setup)}: {arm}: {json.dumps(out[arm])}", flush=True)
     return out
 
 
@@ -245,8 +252,8 @@ def main() -> None:
     parser.add_argument("--ref", metavar="REV", help="also measure this git revision")
     parser.add_argument("--arms", nargs="*", choices=list(ARMS), default=list(ARMS),
                         help="the methods timed (none: only --calls)")
-    parser.add_argument("--samplers", nargs="*", choices=list(SAMPLERS),
-                        default=list(SAMPLERS), help="the samplers this tree runs with")
+    parser.add_argument("--setups", nargs="*", choices=list(SETUPS), default=list(SETUPS),
+                        help="the samplers and update modes this tree runs with")
     parser.add_argument("--calls", action="store_true",
                         help="count the generate calls of ProVer's updates in this tree")
     parser.add_argument("--no-write", action="store_true")
@@ -263,16 +270,16 @@ def main() -> None:
             if args.ref:
                 results[f"{args.ref}, turns"] = measure(export(args.ref, Path(scratch)),
                                                         args.updates, args.arms)
-            for sampler in args.samplers:
-                results[f"{head} (this tree), {sampler}"] = measure(
-                    ROOT, args.updates, args.arms, SAMPLERS[sampler])
+            for setup in args.setups:
+                results[f"{head} (this tree), {setup}"] = measure(
+                    ROOT, args.updates, args.arms, SETUPS[setup])
         print(table(results))
         if not args.no_write:
             report.write("update", "A trainer update on household-small (`bench/update.py`)",
                          machine + ", the first not timed", table(results), results)
     if args.calls:
-        calls = {sampler: generate_calls(args.updates, SAMPLERS[sampler])
-                 for sampler in args.samplers}
+        calls = {setup: generate_calls(args.updates, SETUPS[setup]) for setup in args.setups
+                 if "asynchronous.max_staleness=1" not in SETUPS[setup]}
         print(calls_table(calls))
         if not args.no_write:
             report.write("update-calls", "Where ProVer's continuations spend their time "

@@ -210,16 +210,23 @@ def test_update_bench_averages_the_updates_after_the_compiling_one():
     assert bench.overhead(grpo, prover) == pytest.approx(1.5)
     assert bench.overhead(grpo, grpo) is None
     text = bench.table({"t": {"grpo": grpo, "prover": prover}})
-    assert "| prover | 13.00 |" in text and "| 1.50 | 25 | 13 |" in text
+    # a continuation token takes 1 / 13.3 s where a group token takes 1 / 25 s
+    assert "| prover | 13.00 |" in text and "| 1.50 | 25 | 13 | 1.88 |" in text
     with pytest.raises(ValueError, match="at least 2 updates"):
         bench.phases([update(0, 1.0, 1.0, 1.0)])
+    # asynchronous: an update is the learner's wait and its training; the rollout overlapped
+    stale = bench.phases([{**update(0, 30.0, 1.0, 40.0), "time/wait_s": 30.0},
+                          {**update(1, 3.0, 0.0, 5.0), "time/wait_s": 0.5},
+                          {**update(2, 5.0, 0.0, 7.0), "time/wait_s": 1.5}])
+    assert stale["update"] == 7.0 and stale["slowest_update"] == 8.5 and stale["rollout"] == 4.0
     calls = {"groups": {"calls": 2, "rows": 16, "generating_rows": 15.5, "tokens": 200,
-                        "slots": {1024: 1, 512: 1}, "generate_s": 0.4, "ms_per_token": 2.0,
-                        "prefill_rows_s": 0.1, "housekeeping_s": 0.05},
+                        "sampling_share": 0.8, "slots": {1024: 1, 512: 1}, "generate_s": 0.4,
+                        "ms_per_token": 2.0, "prefill_rows_s": 0.1, "housekeeping_s": 0.05},
              "continuations": {"calls": 1, "rows": 16, "generating_rows": 8.0, "tokens": 50,
-                               "slots": {2048: 1}, "generate_s": 0.2, "ms_per_token": 4.0,
-                               "prefill_rows_s": 0.1, "housekeeping_s": 0.0,
-                               "compile_s_per_update": [1.25, 0.0]}}
-    text = bench.calls_table(calls)
-    assert "| groups | 2 | 15.5 of 16 | 200 | 512: 1, 1,024: 1 | 0.40 | 2.00 |" in text
-    assert text.endswith("by update (s): 1.2, 0.0")
+                               "sampling_share": 0.4, "slots": {2048: 1}, "generate_s": 0.2,
+                               "ms_per_token": 4.0, "prefill_rows_s": 0.1,
+                               "housekeeping_s": 0.0, "compile_s_per_update": [1.25, 0.0]}}
+    text = bench.calls_table({"turns": calls})
+    assert ("| turns | groups | 2 | 15.5 of 16 | 80% | 200 | 512: 1, 1,024: 1 | 0.40 | 2.00 |"
+            in text)
+    assert text.endswith("Compiles during the continuations, turns, by update (s): 1.2, 0.0")
