@@ -324,6 +324,8 @@ def test_a_reply_decoded_in_chunks_draws_what_one_call_draws(tiny):
     Without write_last a row's last token stays out of the cache, also when the row ended
     before its chunk did."""
     _, cfg, params = tiny
+    if not cfg.layer_types:
+        pytest.skip("the hybrid model covers both kinds of layer (one compilation, not two)")
     tokens, mask = prompts(cfg, seed=5)
     keys = jax.random.split(jax.random.key(9), 3)
     stop = int(np.asarray(run(params, cfg, tokens, mask, key=keys).tokens)[0, 4])
