@@ -279,3 +279,31 @@ def test_the_pilots_secondary_line_quotes_grpos_record():
             f"{last['eval/probe/p_right_action']:.3f}, of a look-alike "
             f"{first['eval/probe/p_wrong_action']:.3f} → {last['eval/probe/p_wrong_action']:.3f}"
             in docs)
+
+
+def test_the_pilots_seed_0_figures_are_its_records_summarized():
+    study = compare.STUDIES["pivot-pilot"]
+    arms = ("grpo", "prover-oracle-judge", "oracle-progress")
+    runs = {arm: {0: study.records / compare.run_name(arm, 0)} for arm in arms}
+    summary = compare.summarize_pivot(runs, 0.0)
+    figures = {arm: summary[arm]["runs"]["0"] for arm in arms}
+    docs = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    grpo, oracle, dense = (figures[arm] for arm in arms)
+    difference = {arm: summary[arm]["versus_grpo"]["probe_area"]["mean"] for arm in arms[1:]}
+    assert (f"probe area GRPO {grpo['probe_area']:.3f}, ProVer with the oracle judge "
+            f"{oracle['probe_area']:.3f} ({difference['prover-oracle-judge']:+.3f}), the dense "
+            f"oracle credit {dense['probe_area']:.3f} ({difference['oracle-progress']:+.3f})"
+            in docs)
+    assert ("discrimination areas are " + ", ".join(
+        f"{figures[arm]['discrimination_area']:.3f}" for arm in arms[:2])
+        + f" and {dense['discrimination_area']:.3f}") in docs
+    for key, what in (("p_right_action_final", "of the goal object"),
+                      ("p_wrong_action_final", "of a look-alike")):
+        values = [f"{figures[arm][key]:.3f}" for arm in arms]
+        assert f"{what} {values[0]}, {values[1]} and {values[2]}" in docs
+    assert (f"dense credit was {dense['credit/mass/oracle-progress']:.1%} of the advantage mass, "
+            f"ProVer's bonus {oracle['credit/mass/prover']:.1%}") in docs
+    prover = summary["prover-oracle-judge"]  # acceptance and Δ pooled over proposals
+    assert (f"({oracle['credit/prover/valid_proposals']:.1f} proposals an update, "
+            f"{prover['credit/prover/acceptance_rate']:.0%} accepted, mean Δ "
+            f"{prover['credit/prover/mean_delta']:+.3f})") in docs
