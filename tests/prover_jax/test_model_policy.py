@@ -221,14 +221,19 @@ def test_continuous_decoding_samples_what_turn_by_turn_decoding_samples(
         assert a.stream().tokens.tolist() == b.stream().tokens.tolist()
         np.testing.assert_allclose(a.stream().logprobs, b.stream().logprobs, atol=1e-5)
         assert a.valid == b.valid and a.observations == b.observations
-        # what the learner will score: the stream in one forward pass, no cache
-        stream = a.stream()
-        logits, _ = qwen.forward(params, CFG, stream.tokens[None],
-                                 np.arange(len(stream.tokens))[None])
-        scored = np.asarray(jax.nn.log_softmax(logits[0, :-1]))[
-            np.arange(len(stream.tokens) - 1), stream.tokens[1:]]
+    # what the learner will score: every stream in one forward pass, no cache
+    streams = [e.stream() for e in ours]
+    tokens = np.zeros((len(streams), max(len(s.tokens) for s in streams)), np.int32)
+    for row, stream in enumerate(streams):
+        tokens[row, : len(stream.tokens)] = stream.tokens
+    logits, _ = jax.jit(qwen.forward, static_argnums=1)(
+        params, CFG, tokens, np.broadcast_to(np.arange(tokens.shape[1]), tokens.shape))
+    scored = np.asarray(jax.nn.log_softmax(logits[:, :-1]))
+    for row, stream in enumerate(streams):
+        length = len(stream.tokens)
+        picked = scored[row, np.arange(length - 1), stream.tokens[1:]]
         np.testing.assert_allclose(stream.logprobs[1:][stream.loss_mask[1:]],
-                                   scored[stream.loss_mask[1:]], atol=2e-5)
+                                   picked[stream.loss_mask[1:]], atol=2e-5)
     lengths = [len(a.token_ids) for e in ours for a in e.actions]
     assert min(lengths) < 4 and max(lengths) == 12  # uneven: some replies span 4 calls
     assert chunks.stats.generated == turns.stats.generated == sum(lengths)
