@@ -14,7 +14,9 @@ The pivotal decision is which look-alike to take. Its demonstrator (`sampled_exp
 is the searching expert blind to the clue: it takes each look-alike with probability 1/3, so a
 model trained on its demonstrations succeeds about a third of the time, and a group of 8
 usually holds 1-3 successes, the groups a credit method can learn from. Its
-``expert_action`` follows the clue (the ceiling). Three oracles read the hidden state, for
+``expert_action`` follows the clue (the ceiling); with the option ``demonstrator="clue"`` it is
+also the demonstrator, for a supervised control: whether a model learns to read the clue from
+demonstrations that do. Three oracles read the hidden state, for
 positive controls and a learning metric only: `oracle_pivot`, the turn that took the goal
 object; `oracle_progress`, how far the state is along the shortest way to the goal; and
 `oracle_choice`, whether a state is a choice among look-alikes and which choice is right.
@@ -44,6 +46,9 @@ from envs.household.expert import blind_action, expert_action
 from envs.household.world import World
 
 
+DEMONSTRATORS = ("blind", "clue")
+
+
 class HouseholdPivot(HouseholdSmall):
     """Look-alike goal objects told apart by a clue shown once (module docstring): 3,553
     training and 400 held-out tasks."""
@@ -53,8 +58,13 @@ class HouseholdPivot(HouseholdSmall):
     list_actions = True
     oracles = frozenset({"pivot", "progress", "choice"})
 
-    def __init__(self, train_tasks: int = 3553, eval_tasks: int = 400):
+    def __init__(self, train_tasks: int = 3553, eval_tasks: int = 400,
+                 demonstrator: str = "blind"):
+        if demonstrator not in DEMONSTRATORS:
+            raise ValueError(f"household-pivot: demonstrator must be one of {DEMONSTRATORS}, "
+                             f"got {demonstrator!r}")
         super().__init__(train_tasks, eval_tasks)
+        self.demonstrator = demonstrator
 
     def verifier(self, task=None):
         from envs.household.verifier import PivotVerifier
@@ -62,7 +72,10 @@ class HouseholdPivot(HouseholdSmall):
         return PivotVerifier(world_of(task) if task else self.world)
 
     def sampled_expert_action(self, rng: random.Random) -> str:
-        """The clue-blind demonstrator's next action (`expert.blind_action`)."""
+        """The demonstrator's next action: the clue-blind one's (`expert.blind_action`), or
+        with ``demonstrator="clue"`` the expert's."""
+        if self.demonstrator == "clue":
+            return self.expert_action()
         state, world = self._running()
         return blind_action(world, state, rng)
 

@@ -144,6 +144,25 @@ def test_the_blind_demonstrator_takes_each_lookalike_a_third_of_the_time(env):
         assert 0.22 <= chosen[rank] / 600 <= 0.45, chosen
 
 
+def test_the_clue_demonstrator_takes_only_the_goal_object_and_always_succeeds():
+    """``demonstrator="clue"`` (a supervised control's demonstrations) is the clue-following
+    expert whatever the random stream; an unknown demonstrator is refused by name."""
+    clue = envs.make(NAME, demonstrator="clue")
+    for task in clue.tasks("train")[:20]:
+        world = hh.world_of(task)
+        clue.reset(task)
+        rng = random.Random(0)
+        while True:
+            assert clue.sampled_expert_action(rng) == clue.expert_action()
+            step = clue.step(clue.expert_action())
+            if step.done:
+                break
+        assert step.reward == 1.0
+        assert [o for o in _lookalikes(world) if clue.snapshot().takes[o]] == [world.goal_object]
+    with pytest.raises(ValueError, match="demonstrator must be one of"):
+        envs.make(NAME, demonstrator="oracle")
+
+
 def test_the_blind_demonstrator_reads_the_observations_not_the_clue(env):
     """Its action is the same when the goal object is another look-alike: it cannot use the
     clue."""

@@ -1,5 +1,5 @@
-"""The entry points' persistent compilation cache: where it lives, and a second process that
-compiles the same program loads it from there."""
+"""The entry points' persistent compilation cache: where it lives, that its readers and writers
+lock it, and a second process that compiles the same program loads it from there."""
 
 from __future__ import annotations
 
@@ -42,5 +42,6 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
                               capture_output=True, text=True).stdout.split()
 
     assert run() == [str(tmp_path / "xla"), "False"]
-    assert any((tmp_path / "xla").iterdir())
+    assert any((tmp_path / "xla").glob("*-cache"))
+    assert (tmp_path / "xla" / ".lockfile").exists()  # the write held the lock
     assert run() == [str(tmp_path / "xla"), "True"]
