@@ -45,3 +45,8 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     assert any((tmp_path / "xla").glob("*-cache"))
     assert (tmp_path / "xla" / ".lockfile").exists()  # the write held the lock
     assert run() == [str(tmp_path / "xla"), "True"]
+
+
+def test_the_docs_state_the_cache_bound():
+    text = " ".join((ROOT / "docs" / "training.md").read_text().split())
+    assert f"kept under {compile_cache.MAX_BYTES >> 30} GiB" in text
