@@ -33,7 +33,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 
+from prover_jax import compile_cache
 from prover_jax.batch import Message, Trajectory, pack
+
+if Path(os.environ["JAX_COMPILATION_CACHE_DIR"]).is_dir():  # entries of an unbounded cache
+    compile_cache.track(Path(os.environ["JAX_COMPILATION_CACHE_DIR"]))
 
 settings.register_profile(
     "prover", max_examples=40, deadline=None,

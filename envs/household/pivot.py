@@ -45,7 +45,6 @@ from envs.household.env import (
 from envs.household.expert import blind_action, expert_action
 from envs.household.world import World
 
-
 DEMONSTRATORS = ("blind", "clue")
 
 

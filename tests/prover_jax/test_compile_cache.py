@@ -50,3 +50,24 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
 def test_the_docs_state_the_cache_bound():
     text = " ".join((ROOT / "docs" / "training.md").read_text().split())
     assert f"kept under {compile_cache.MAX_BYTES >> 30} GiB" in text
+
+
+def test_a_bounded_cache_takes_over_the_entries_of_an_unbounded_one(tmp_path):
+    """An entry written without the bound has no last-use file; without `track` every later
+    write to the cache fails (JAX warns and keeps nothing)."""
+    env = {"PATH": "/usr/bin:/bin", "PROVER_JAX_CACHE": str(tmp_path / "xla"),
+           "JAX_PLATFORMS": "cpu", "HOME": str(tmp_path)}
+    unbounded = SCRIPT.replace(
+        "path = compile_cache.enable()",
+        "path = compile_cache.enable()\n"
+        "import jax; jax.config.update('jax_compilation_cache_max_size', -1)")
+    subprocess.run([sys.executable, "-c", unbounded], cwd=ROOT, env=env, check=True,
+                   capture_output=True)
+    written = len(list((tmp_path / "xla").glob("*-cache")))
+    assert written and not any((tmp_path / "xla").glob("*-atime"))
+    another = SCRIPT.replace("jnp.sin(x) @ x.T", "jnp.cos(x) @ x.T")
+    done = subprocess.run([sys.executable, "-c", another], cwd=ROOT, env=env, check=True,
+                          capture_output=True, text=True)
+    assert "Error writing" not in done.stderr, done.stderr[-2000:]
+    entries = len(list((tmp_path / "xla").glob("*-cache")))
+    assert entries > written and len(list((tmp_path / "xla").glob("*-atime"))) == entries
