@@ -36,6 +36,7 @@ import numpy as np
 
 import envs
 from envs.household.env import parse, world_of
+from envs.household.pivot import CLUES
 from envs.pool import EnvPool
 from prover_jax import judges
 from prover_jax.rollout import Episode, ScriptedPolicy, rng_streams, run, start
@@ -137,13 +138,13 @@ def model_policy(model, env: envs.Env, max_new_tokens: int, chat):
 
 
 def measure(policy, tasks: int, continuations: int, seed: int, slots: int, model=None,
-            chat=None, probe_tasks: int = PROBE_TASKS, judge_names: Sequence[str] = JUDGES
-            ) -> dict[str, dict[str, float]]:
+            chat=None, probe_tasks: int = PROBE_TASKS, judge_names: Sequence[str] = JUDGES,
+            clue: str = "once") -> dict[str, dict[str, float]]:
     """The gate, the probe (with a `model`, on `probe_tasks`) and the rows of `judge_names` on
-    `tasks` held-out tasks × 8 episodes."""
-    env = envs.make(ENV)
+    `tasks` held-out tasks × 8 episodes, of household-pivot with its option `clue`."""
+    env = envs.make(ENV, clue=clue)
     chosen = env.tasks("eval")[:tasks]
-    with EnvPool(ENV, slots, num_workers=2) as pool:
+    with EnvPool(ENV, slots, num_workers=2, config={"clue": clue}) as pool:
         episodes = run(pool, policy, [start(t) for t in chosen for _ in range(GROUP_SIZE)],
                        rng_streams(random.Random(seed), len(chosen) * GROUP_SIZE),
                        progress="rollout")
@@ -206,13 +207,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=24)
     parser.add_argument("--judges", default=",".join(JUDGES),
                         help="the judges to measure, comma-separated (empty: the gate alone)")
+    parser.add_argument("--clue", choices=CLUES, default="once",
+                        help="household-pivot's option: the clue shown once, or in every "
+                        "observation")
     parser.add_argument("--smoke", action="store_true", help="3 groups, K = 2, nothing written")
     parser.add_argument("--out", help="the JSON file (default: experiments/results/"
-                        "pivot_start-<the model's folder name>.json)")
+                        "pivot_start-<the model's folder name>[-clue-always].json)")
     args = parser.parse_args(argv)
     if (args.model is None) != args.demonstrator:
         parser.error("give a model (a run directory) or --demonstrator")
-    env, model, chat = envs.make(ENV), None, None
+    env, model, chat = envs.make(ENV, clue=args.clue), None, None
     if args.demonstrator:
         policy = ScriptedPolicy(0.0)
     else:
@@ -226,15 +230,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = measure(policy, 3 if args.smoke else args.tasks,
                       2 if args.smoke else args.continuations, args.seed, args.slots, model,
                       chat, 8 if args.smoke else PROBE_TASKS,
-                      [name for name in args.judges.split(",") if name])
+                      [name for name in args.judges.split(",") if name], args.clue)
     print(gate_table(results["gate"]))
     if "probe" in results:
         print(probe_line(results["probe"]))
     if any(name in results for name in JUDGES):
         print(judges_table(results))
     if not args.smoke:
+        variant = "" if args.clue == "once" else f"-clue-{args.clue}"
         out = Path(args.out or RESULTS / f"pivot_start-{Path(args.model or 'demonstrator').name}"
-                                         ".json")
+                                         f"{variant}.json")
         settings = {k: v for k, v in vars(args).items() if k != "out"}
         out.write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
         print(f"wrote {out}", file=sys.stderr)

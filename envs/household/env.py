@@ -388,8 +388,13 @@ class Household(Env):
         self._state = new._replace(turn=new.turn + 1, done=done)
         info = {"valid": valid, "won": won, "truncated": truncated}
         if self.remind_task:
-            text = f"{text}\nYour task is to: {world.goal_text}"
+            text = f"{text}\n{self.reminder(world)}"
         return Step(text if done else self._listed(text), done, 1.0 if won else 0.0, info)
+
+    def reminder(self, world: World) -> str:
+        """What every observation after the first repeats where this kind reminds the agent
+        (`remind_task`): the task."""
+        return f"Your task is to: {world.goal_text}"
 
     def _listed(self, text: str) -> str:
         """``text``, followed by the admissible actions where this kind lists them."""

@@ -2,13 +2,14 @@
 
 The task is one of pick, clean, heat and cool over a goal type that has three look-alikes
 (``mug 1``, ``mug 2``, ``mug 3``), each starting in a receptacle of its own type. Only one of
-them counts, and the first observation says which, once: after the task comes the clue
-"The mug you need is the one in the drawer 1." Later observations repeat the task but not the
-clue. Giving a look-alike the task's transformation or putting it in the target ends the
-episode at once with reward 0 (`env.handled_decoys`); taking one and putting it back elsewhere
-is harmless. Every observation lists the admissible actions, so an agent that picks from the
-list never wastes an action on a command the game rejects, and its failures come from its
-choices; 24 actions at most.
+them counts, and the first observation says which, once: after the task comes the clue "The mug
+you need is the one in the drawer 1." Later observations repeat the task but not the clue (with
+the option ``clue="always"`` they repeat it too: the choice then needs no memory, only reading
+what is in front of the agent). Giving a look-alike the task's transformation or putting it in
+the target ends the episode at once with reward 0 (`env.handled_decoys`); taking one and
+putting it back elsewhere is harmless. Every observation lists the admissible actions, so an
+agent that picks from the list never wastes an action on a command the game rejects, and its
+failures come from its choices; 24 actions at most.
 
 The pivotal decision is which look-alike to take. Its demonstrator (`sampled_expert_action`)
 is the searching expert blind to the clue: it takes each look-alike with probability 1/3, so a
@@ -46,6 +47,7 @@ from envs.household.expert import blind_action, expert_action
 from envs.household.world import World
 
 DEMONSTRATORS = ("blind", "clue")
+CLUES = ("once", "always")  # the clue in the first observation only, or in every one
 
 
 class HouseholdPivot(HouseholdSmall):
@@ -58,12 +60,19 @@ class HouseholdPivot(HouseholdSmall):
     oracles = frozenset({"pivot", "progress", "choice"})
 
     def __init__(self, train_tasks: int = 3553, eval_tasks: int = 400,
-                 demonstrator: str = "blind"):
+                 demonstrator: str = "blind", clue: str = "once"):
         if demonstrator not in DEMONSTRATORS:
             raise ValueError(f"household-pivot: demonstrator must be one of {DEMONSTRATORS}, "
                              f"got {demonstrator!r}")
+        if clue not in CLUES:
+            raise ValueError(f"household-pivot: clue must be one of {CLUES}, got {clue!r}")
         super().__init__(train_tasks, eval_tasks)
-        self.demonstrator = demonstrator
+        self.demonstrator, self.clue = demonstrator, clue
+
+    def reminder(self, world: World) -> str:
+        """The task, and with ``clue="always"`` the clue after it."""
+        task = super().reminder(world)
+        return f"{task}\n{world.clue}" if self.clue == "always" else task
 
     def verifier(self, task=None):
         from envs.household.verifier import PivotVerifier

@@ -46,7 +46,11 @@ def test_three_lookalikes_in_their_own_places_and_a_clue_naming_one(env):
     assert set(kinds) == set(PIVOT_TASK_TYPES)
 
 
-def test_the_clue_is_shown_once_and_every_observation_lists_the_admissible_actions(env):
+@pytest.mark.parametrize("shown", ["once", "always"])
+def test_the_clue_is_shown_as_asked_and_every_observation_lists_the_admissible_actions(shown):
+    """By default the clue is in the first observation alone; with ``clue="always"`` every
+    observation repeats it after the task."""
+    env = envs.make(NAME, clue=shown)
     rng = random.Random(0)
     task = env.tasks("train")[3]
     first = env.reset(task)
@@ -54,11 +58,15 @@ def test_the_clue_is_shown_once_and_every_observation_lists_the_admissible_actio
     assert clue in first and f"Admissible actions: {', '.join(env.admissible())}." in first
     while True:
         step = env.step(env.sampled_expert_action(rng))
-        assert clue not in step.obs and "Your task is to:" in step.obs
+        assert (f"Your task is to: {env.world.goal_text}\n{clue}" in step.obs) == (
+            shown == "always")
+        assert (clue in step.obs) == (shown == "always") and "Your task is to:" in step.obs
         if step.done:
             assert "Admissible actions" not in step.obs
             break
         assert step.obs.endswith(f"Admissible actions: {', '.join(env.admissible())}.")
+    with pytest.raises(ValueError, match="clue must be one of"):
+        envs.make(NAME, clue="twice")
 
 
 def _walk_to_take(world, o):
