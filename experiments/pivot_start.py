@@ -238,8 +238,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(judges_table(results))
     if not args.smoke:
         variant = "" if args.clue == "once" else f"-clue-{args.clue}"
-        out = Path(args.out or RESULTS / f"pivot_start-{Path(args.model or 'demonstrator').name}"
-                                         f"{variant}.json")
+        name = Path(args.model or "demonstrator").name.removesuffix(variant)
+        out = Path(args.out or RESULTS / f"pivot_start-{name}{variant}.json")
         settings = {k: v for k, v in vars(args).items() if k != "out"}
         out.write_text(json.dumps({"settings": settings, "results": results}, indent=2) + "\n")
         print(f"wrote {out}", file=sys.stderr)

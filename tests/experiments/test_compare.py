@@ -307,3 +307,51 @@ def test_the_pilots_seed_0_figures_are_its_records_summarized():
     assert (f"({oracle['credit/prover/valid_proposals']:.1f} proposals an update, "
             f"{prover['credit/prover/acceptance_rate']:.0%} accepted, mean Δ "
             f"{prover['credit/prover/mean_delta']:+.3f})") in docs
+
+
+def test_the_supervised_controls_figures_are_its_records():
+    """docs/results.md, "The pilot stopped": GRPO's seed 1, and the start trained on the
+    clue-following expert's demonstrations measured as the start was."""
+    from experiments import pivot_start
+
+    docs = (ROOT / "docs" / "results.md").read_text()
+    flat = " ".join(docs.split())
+    study = compare.STUDIES["pivot-pilot"]
+    grpo = compare.summarize_pivot({"grpo": {1: study.records / "grpo-seed1"}}, 0.0)
+    seed1 = grpo["grpo"]["runs"]["1"]
+    assert (f"GRPO's seed 1 followed (probe area {seed1['probe_area']:.3f}, discrimination area "
+            f"{seed1['discrimination_area']:.3f})") in flat
+    results = ROOT / "experiments" / "results"
+    control = json.loads((results / "pivot_start-sft-pivot-clue.json").read_text())["results"]
+    start = json.loads((results / "pivot_start-sft-pivot-2.json").read_text())["results"]
+    assert pivot_start.gate_table(control["gate"]) in docs
+    assert pivot_start.probe_line(control["probe"]) in docs
+    assert (f"is the goal object {control['gate']['goal_object_chosen']:.0%} of the time"
+            in flat)
+    assert (f"sampled success rose ({start['gate']['success']:.3f} to "
+            f"{control['gate']['success']:.3f})") in flat
+    config = json.loads((results / "runs" / "sft-pivot-clue" / "config.json").read_text())
+    assert config["env_options"] == {"demonstrator": "clue"}
+    assert (config["demonstrations"], config["steps"]) == (1280, 160)
+    assert f"trained on {config['demonstrations']:,} demonstrations" in flat
+
+    always = json.loads((results / "pivot_start-sft-pivot-clue-always.json").read_text())
+    start_always = json.loads((results / "pivot_start-sft-pivot-2-clue-always.json").read_text())
+    assert always["settings"]["clue"] == start_always["settings"]["clue"] == "always"
+    always, start_always = always["results"], start_always["results"]
+    assert pivot_start.gate_table(always["gate"]) in docs
+    assert pivot_start.probe_line(always["probe"]) in docs
+    assert (f"2-clue-always.json`): {pivot_start.probe_line(start_always['probe'])} (its "
+            f"sampled success {start_always['gate']['success']:.3f}") in flat
+
+    def discrimination(probe):
+        return f"{probe['p_right_action'] - probe['p_wrong_action']:.3f}"
+
+    assert (f"a discrimination of {discrimination(always['probe'])} (p(take) of the goal object "
+            f"minus that of a look-alike) against the start's "
+            f"{discrimination(start_always['probe'])} on the same states, and the goal object in "
+            f"{always['gate']['goal_object_chosen']:.0%} of the look-alikes delivered or handled "
+            f"(the start: {start_always['gate']['goal_object_chosen']:.0%})") in flat
+    config = json.loads((results / "runs" / "sft-pivot-clue-always" / "config.json").read_text())
+    assert config["env_options"] == {"demonstrator": "clue", "clue": "always"}
+    assert (config["demonstrations"], config["steps"]) == (1280, 160)
