@@ -154,6 +154,9 @@ class SftConfig:
     demonstrations: int = 512  # expert episodes trained on
     noise: float = 0.2  # share of the expert's actions replaced by random ones (not trained on)
     repeats: float = 0.0  # share replaced by the previous action again (`DemonstrationPolicy`)
+    # the expert actions the loss covers: "all", or "choices": only those at the environment's
+    # choice states (`Env.oracle_choice`; household-pivot's choices among look-alikes)
+    train_on: str = "all"
     chat: ChatConfig | None = None  # None: the init model's stored setting, else ChatConfig()
     heldout: int = 32  # expert episodes on held-out tasks for the held-out NLL
     steps: int = 300
@@ -181,6 +184,8 @@ class SftConfig:
                self.checkpoint_every) < 1 or self.eval_every < 0:
             raise ValueError("demonstrations, heldout, steps, batch_size, workers and "
                              "checkpoint_every must be >= 1, eval_every >= 0")
+        if self.train_on not in ("all", "choices"):
+            raise ValueError(f"train_on must be 'all' or 'choices', got {self.train_on!r}")
         for name in ("noise", "repeats"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
@@ -189,8 +194,11 @@ class SftConfig:
 
 def demonstrating_env(config: SftConfig) -> envs.Env:
     """A new environment of ``config`` (`run_env`); ValueError when it has no expert to learn
-    from."""
+    from, or no choice oracle for ``train_on: choices``."""
     env = run_env(config)
     if not env.has_expert:
         raise ValueError(f"{config.env} has no expert to learn from")
+    if config.train_on == "choices" and "choice" not in env.oracles:
+        raise ValueError(f"train_on 'choices' needs an environment with a choice oracle; "
+                         f"{config.env} has none")
     return env

@@ -38,21 +38,31 @@ from tpu.mesh import batch_shards, build_mesh, to_sampler
 
 
 def sft_batch(episodes: Sequence[Episode], pad_token_id: int, max_len: int,
-              row_multiple: int = 1):
+              row_multiple: int = 1, turns: Sequence[Sequence[int]] | None = None):
     """The episodes' streams packed one a row: ``(Batch, dropped bool [B, L], trained bool
-    [B, L])``, dropped the random actions' tokens, trained the expert tokens the loss
-    covers."""
+    [B, L])``, trained the tokens of the turns the loss covers (``turns[i]`` of episode i; by
+    default every expert action's, `expert_turns`), dropped the other actions' tokens."""
     batch, _ = pack_streams([[e.stream()] for e in episodes], [[1.0] for _ in episodes],
                             pad_token_id=pad_token_id, max_len=max_len,
                             row_multiple=row_multiple)
     turn_ids, loss_mask = np.asarray(batch.turn_ids), np.asarray(batch.loss_mask)
+    turns = [expert_turns(e) for e in episodes] if turns is None else turns
     dropped = np.zeros_like(loss_mask)
-    for row, episode in enumerate(episodes):
-        noisy = [t for t, a in enumerate(episode.actions) if not a.expert]
-        dropped[row] = loss_mask[row] & np.isin(turn_ids[row], noisy)
+    for row, covered in enumerate(turns):
+        dropped[row] = loss_mask[row] & ~np.isin(turn_ids[row], covered)
     trained = loss_mask & ~dropped
     trained[:, 0] = False  # nothing predicts the first token
     return batch, dropped, trained
+
+
+def expert_turns(episode: Episode) -> list[int]:
+    """The turns of `episode` whose action is the expert's (not a random one or a repeat)."""
+    return [t for t, a in enumerate(episode.actions) if a.expert]
+
+
+def choice_turns(env: envs.Env, episode: Episode) -> list[int]:
+    """The expert's turns at the environment's choice states (`Env.oracle_choice`)."""
+    return [t for t in expert_turns(episode) if env.oracle_choice(episode.states[t]) is not None]
 
 
 def nll(logprobs: jax.Array, trained: np.ndarray) -> tuple[float, int]:
@@ -119,7 +129,9 @@ def _sft(config: SftConfig, env: envs.Env, cfg, params, tokenizer, directory: Pa
             position = int(state.data_position)
             episodes = [task_at(demos, position + i, config.seed)
                         for i in range(config.batch_size)]
-            batch, dropped, trained = sft_batch(episodes, pad, max_len, row_multiple)
+            turns = ([choice_turns(env, e) for e in episodes]
+                     if config.train_on == "choices" else None)
+            batch, dropped, trained = sft_batch(episodes, pad, max_len, row_multiple, turns)
             old = learner.logprobs(state.params, batch.tokens)
             loss, tokens = nll(old, trained)
             state, metrics = learner.train_step(state, TrainBatch(

@@ -17,9 +17,9 @@ from models.qwen.chat import ACT_TOOL
 from prover_jax import evaluate, runs
 from prover_jax.demonstrations import DemonstrationPolicy, demonstrations
 from prover_jax.learner import LearnerConfig, OptimizerConfig
-from prover_jax.run_settings import SftConfig, TinyModel
+from prover_jax.run_settings import SftConfig, TinyModel, demonstrating_env
 from prover_jax.settings import ChatConfig, EvalConfig
-from prover_jax.sft_trainer import sft, sft_batch
+from prover_jax.sft_trainer import choice_turns, sft, sft_batch
 from prover_jax.trainer import initial_model, tiny
 
 ENV = "household-small"
@@ -68,6 +68,32 @@ def test_only_the_experts_replies_are_trained_on(noisy):
             assert trained[row, tokens].all() == action.expert
             assert dropped[row, tokens].all() != action.expert
         assert not trained[row, turn_ids[row] < 0].any()  # prompts and observations
+
+
+def test_train_on_choices_trains_only_the_experts_choices_among_lookalikes(model):
+    """``train_on: choices``: the loss covers the expert's actions at household-pivot's choice
+    states (`Env.oracle_choice`) and nothing else; an environment without the oracle is
+    refused by name."""
+    _, _, tokenizer = model
+    pivot = "household-pivot"
+    env = envs.make(pivot, demonstrator="clue")
+    policy = DemonstrationPolicy(tokenizer, env.instruction(), ChatConfig(), noise=0.3)
+    with EnvPool(pivot, 4, num_workers=1, config={"demonstrator": "clue"}) as pool:
+        episodes = demonstrations(pool, policy, env.tasks("train")[:6], random.Random(1))
+    turns = [choice_turns(env, e) for e in episodes]
+    assert all(turns) and sum(map(len, turns)) < sum(e.num_turns for e in episodes) / 3
+    batch, dropped, trained = sft_batch(episodes, 0, 4096, turns=turns)
+    turn_ids = np.asarray(batch.turn_ids)
+    for row, episode in enumerate(episodes):
+        for turn, action in enumerate(episode.actions):
+            tokens = turn_ids[row] == turn
+            chosen = action.expert and env.oracle_choice(episode.states[turn]) is not None
+            assert trained[row, tokens].all() == chosen and dropped[row, tokens].all() != chosen
+    assert not trained[turn_ids < 0].any()
+    with pytest.raises(ValueError, match="choice oracle; household-small has none"):
+        demonstrating_env(SftConfig(env=ENV, train_on="choices"))
+    with pytest.raises(ValueError, match="train_on must be"):
+        SftConfig(train_on="pivots")
 
 
 def test_repeated_actions_are_mostly_rejected_and_the_expert_recovers(model):
