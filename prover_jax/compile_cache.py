@@ -7,12 +7,13 @@ second run, a resume or an evaluation of the same model loads them instead. It l
 ``JAX_COMPILATION_CACHE_DIR`` set in the environment is JAX's own setting and wins.
 
 Several processes share it (two runs at once, the processes of a ``jax.distributed`` run on one
-host, pytest's workers). Without a size bound JAX writes an entry in place and reads it without
-a lock, so a process can load another's half-written program, and crash in deserializing it.
-With a bound (`MAX_BYTES`, least recently used programs evicted beyond it) every read and write
-holds a file lock. A bounded cache keeps each entry's last use in a file beside it; `track`
-gives one to the entries an unbounded process wrote (an older checkout's), which JAX would
-otherwise fail on at every write.
+host). Without a size bound JAX writes an entry in place and reads it without a lock, so a
+process can load another's half-written program. With a bound (`MAX_BYTES`, least recently used
+programs evicted beyond it) every read and write holds a file lock; each write also scans the
+folder, cheap for a run's few dozen programs (the test suite's thousands stay unbounded). A
+bounded cache keeps each entry's last use in a file beside it; `track` gives one to the entries
+an unbounded process wrote (an older checkout's), which JAX would otherwise fail on at every
+write.
 
 Measured on 2 CPU cores with README's main command (a tiny model, 3 steps): the first step
 takes 22.9 s with an empty cache and 11.6 s with the first run's (the rest is tracing and
