@@ -153,8 +153,6 @@ class Study:
       summarize, table: the summary of the records (its JSON) and its markdown table.
       summary, plot: where the summary and its plot are written.
       curve, y_label: the summary's curves' series that the plot draws, and its label.
-      overrides: dotted settings that change `config` for every arm (a study that repeats
-        another with one thing changed).
     """
 
     config: Path
@@ -171,7 +169,6 @@ class Study:
     plot: Path
     curve: str = "success"
     y_label: str = "held-out greedy success"
-    overrides: tuple[str, ...] = ()
 
     @property
     def record_files(self) -> tuple[str, ...]:
@@ -202,8 +199,7 @@ def run_arm(study: Study, base: Path, records: Path, start: Path, arm: str, seed
     if finished(records / name, study.record_files):
         return records / name
     directory = base / study.runs / name
-    changes = [*ARMS[arm], *study.overrides, *overrides, f"seed={seed}", f"init={start}",
-               f"run_dir={directory}"]
+    changes = [*ARMS[arm], *overrides, f"seed={seed}", f"init={start}", f"run_dir={directory}"]
     if arm in BUDGET_OF:
         schedule = budget_schedule_of_run(records / run_name(BUDGET_OF[arm], seed),
                                           load_config(TrainConfig, study.config).group_size)
