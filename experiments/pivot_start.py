@@ -208,11 +208,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--judges", default=",".join(JUDGES),
                         help="the judges to measure, comma-separated (empty: the gate alone)")
     parser.add_argument("--clue", choices=CLUES, default="once",
-                        help="household-pivot's option: the clue shown once, or in every "
-                        "observation")
+                        help="household-pivot's option: the clue shown once, in every "
+                        "observation, or as a mark on the goal object")
     parser.add_argument("--smoke", action="store_true", help="3 groups, K = 2, nothing written")
     parser.add_argument("--out", help="the JSON file (default: experiments/results/"
-                        "pivot_start-<the model's folder name>[-clue-always].json)")
+                        "pivot_start-<the model's folder name>[-clue-<CLUE>].json)")
     args = parser.parse_args(argv)
     if (args.model is None) != args.demonstrator:
         parser.error("give a model (a run directory) or --demonstrator")

@@ -116,7 +116,7 @@ def describe(world: World, state: State, receptacle: int) -> tuple[str, int]:
     if not is_open(world, state, receptacle):
         return f"The {name} is closed.", 0
     inside = contents(world, state, receptacle)
-    items = listing([world.objects[o] for o in inside])
+    items = listing([world.shown_name(o) for o in inside])
     revealed = sum(1 << o for o in inside)
     if world.openable[receptacle]:
         return f"The {name} is open. In it, you see {items}.", revealed
@@ -373,7 +373,7 @@ class Household(Env):
 
     def reset(self, task: Task) -> str:
         self.check_task(task)
-        self._world = world_of(task)
+        self._world = self.world_of(task)
         self._state = initial_state(task, self._world)
         return self._listed(welcome(self._world))
 
@@ -390,6 +390,10 @@ class Household(Env):
         if self.remind_task:
             text = f"{text}\n{self.reminder(world)}"
         return Step(text if done else self._listed(text), done, 1.0 if won else 0.0, info)
+
+    def world_of(self, task: Task) -> World:
+        """The world an episode of ``task`` plays in, as this kind shows it (`world_of`)."""
+        return world_of(task)
 
     def reminder(self, world: World) -> str:
         """What every observation after the first repeats where this kind reminds the agent
@@ -408,7 +412,7 @@ class Household(Env):
     def restore(self, state: State) -> None:
         if not isinstance(state, State):
             raise TypeError(f"household: cannot restore a {type(state).__name__}")
-        self._world = world_of(state.task)
+        self._world = self.world_of(state.task)
         self._state = state
 
     def verifier(self, task: Task | None = None):

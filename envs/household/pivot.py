@@ -5,11 +5,14 @@ The task is one of pick, clean, heat and cool over a goal type that has three lo
 them counts, and the first observation says which, once: after the task comes the clue "The mug
 you need is the one in the drawer 1." Later observations repeat the task but not the clue (with
 the option ``clue="always"`` they repeat it too: the choice then needs no memory, only reading
-what is in front of the agent). Giving a look-alike the task's transformation or putting it in
-the target ends the episode at once with reward 0 (`env.handled_decoys`); taking one and
-putting it back elsewhere is harmless. Every observation lists the admissible actions, so an
-agent that picks from the list never wastes an action on a command the game rejects, and its
-failures come from its choices; 24 actions at most.
+what is in front of the agent; with ``clue="marked"`` the clue says the goal object has a
+sticker, and every listing that shows it says so: the choice then needs neither memory nor a
+comparison, only what the agent sees where it stands). Giving a look-alike the task's
+transformation or putting it in the target ends the episode at once with reward 0
+(`env.handled_decoys`); taking one and putting it back elsewhere is harmless. Every
+observation lists the admissible actions, so an agent that picks from the list never wastes an
+action on a command the game rejects, and its failures come from its choices; 24 actions at
+most.
 
 The pivotal decision is which look-alike to take. Its demonstrator (`sampled_expert_action`)
 is the searching expert blind to the clue: it takes each look-alike with probability 1/3, so a
@@ -25,6 +28,7 @@ object; `oracle_progress`, how far the state is along the shortest way to the go
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Hashable, Sequence
@@ -47,7 +51,9 @@ from envs.household.expert import blind_action, expert_action
 from envs.household.world import World
 
 DEMONSTRATORS = ("blind", "clue")
-CLUES = ("once", "always")  # the clue in the first observation only, or in every one
+# the clue in the first observation only, in every one, or as a mark on the goal object
+CLUES = ("once", "always", "marked")
+MARK = "with a red sticker"
 
 
 class HouseholdPivot(HouseholdSmall):
@@ -68,6 +74,11 @@ class HouseholdPivot(HouseholdSmall):
             raise ValueError(f"household-pivot: clue must be one of {CLUES}, got {clue!r}")
         super().__init__(train_tasks, eval_tasks)
         self.demonstrator, self.clue = demonstrator, clue
+
+    def world_of(self, task: Task) -> World:
+        """The task's world; with ``clue="marked"`` its clue is the goal object's `MARK`, and
+        every listing that shows the goal object says it."""
+        return marked_world(task) if self.clue == "marked" else world_of(task)
 
     def reminder(self, world: World) -> str:
         """The task, and with ``clue="always"`` the clue after it."""
@@ -133,6 +144,14 @@ def remaining_actions(world: World, state: State, limit: int = 100) -> int:
         if not valid:
             raise AssertionError(f"the expert's action was rejected in {state}")
     return limit
+
+
+@functools.lru_cache(maxsize=256)
+def marked_world(task: Task) -> World:
+    """The world of ``task`` whose clue is the goal object's `MARK` (``clue="marked"``)."""
+    world = world_of(task)
+    return dataclasses.replace(world, mark=MARK,
+                               clue=f"The {world.goal_type} you need is the one {MARK}.")
 
 
 @functools.lru_cache(maxsize=256)

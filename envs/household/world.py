@@ -229,6 +229,7 @@ class World:
     goal_text: str
     goal_object: int = -1  # the one object that satisfies the goal (household-pivot), or -1
     clue: str = ""  # the line after the task that tells the goal object from its look-alikes
+    mark: str = ""  # what every listing says after the goal object's name (household-pivot)
 
     @functools.cached_property
     def goal_objects(self) -> int:
@@ -247,6 +248,11 @@ class World:
         names = {name: ("r", i) for i, name in enumerate(self.receptacles)}
         names.update({name: ("o", i) for i, name in enumerate(self.objects)})
         return names
+
+    def shown_name(self, obj: int) -> str:
+        """How a listing names object ``obj``: its name, and for the goal object its `mark`."""
+        name = self.objects[obj]
+        return f"{name} {self.mark}" if self.mark and obj == self.goal_object else name
 
     def mask(self, object_type: str) -> int:
         """Bitmask of the objects of ``object_type``."""

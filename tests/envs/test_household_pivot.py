@@ -69,6 +69,36 @@ def test_the_clue_is_shown_as_asked_and_every_observation_lists_the_admissible_a
         envs.make(NAME, clue="twice")
 
 
+def test_a_marked_clue_shows_the_goal_object_marked_wherever_it_is_listed():
+    """``clue="marked"``: the clue says the goal object has a sticker, and every listing that
+    shows it says so; no look-alike is marked, actions name objects as before, and the game
+    is the unmarked variant's."""
+    marked, plain = envs.make(NAME, clue="marked"), envs.make(NAME)
+    shown = collections.Counter()
+    for task in marked.tasks("train")[:20]:
+        first, plain_first = marked.reset(task), plain.reset(task)
+        world = marked.world
+        goal = f"a {world.objects[world.goal_object]}"
+        assert f"The {world.goal_type} you need is the one with a red sticker." in first
+        assert world.clue not in plain_first and plain.world.clue not in first
+        assert first.replace(world.clue, plain.world.clue) == plain_first
+        rng, plain_rng = random.Random(task.index), random.Random(task.index)
+        done = False
+        while not done:
+            action = marked.sampled_expert_action(rng)
+            assert action == plain.sampled_expert_action(plain_rng)
+            step, plain_step = marked.step(action), plain.step(action)
+            assert step.obs.replace(f"{goal} with a red sticker", goal) == plain_step.obs
+            assert marked.snapshot() == plain.snapshot()
+            shown["goal"] += f"{goal} with a red sticker" in step.obs
+            shown["decoy"] += any(f"a {world.objects[o]}" in step.obs
+                                  for o in _lookalikes(world) if o != world.goal_object)
+            assert step.obs.count("with a red sticker") == step.obs.count(f"{goal} with")
+            assert step.done or "sticker" not in " ".join(marked.admissible())
+            done = step.done
+    assert shown["goal"] and shown["decoy"]
+
+
 def _walk_to_take(world, o):
     """The actions that take look-alike ``o`` from where it starts."""
     r = world.start[o]
