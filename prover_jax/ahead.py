@@ -1,14 +1,17 @@
 """Batches produced ahead of the learner: bounded-staleness asynchronous updates
 (`prover_jax.run_settings.AsyncConfig`).
 
-The batch of update t (its rollout, the credit method's host side, and credit: a `Produced`)
+The batch of update t (its rollout and the credit method's host side: the trainer's `Sampled`)
 is sampled with the params of update ``max(0, t - s)``, s the staleness bound. With s = 0 that
 is update t's own params, and `Inline` produces each batch when the learner asks for it: the
 synchronous loop. With s > 0, `Ahead` produces batches in a thread while the learner trains on
 earlier ones, waiting for the params each batch needs, so none is older than the bound and a
-run is the same whatever the timing. The batches produced for updates a checkpoint has not yet
-made are saved with it (`save_pending`), so a resumed run trains on exactly the batches the
-interrupted one would have.
+run is the same whatever the timing. What a batch needs from other processes (the shapes they
+agree on, credit calibrated over all of them) the learner's thread adds when it takes it, so
+the thread never joins a collective and every process issues them in the same order. The
+batches produced for updates a checkpoint has not yet made are saved with it, by every process
+(`save_pending`), so a resumed run trains on exactly the batches the interrupted one would
+have.
 """
 
 from __future__ import annotations
@@ -134,28 +137,36 @@ class Ahead:
         self._thread.join()
 
 
-def save_pending(directory: Path, step: int, batches: dict[int, Any], keep: set[int]) -> None:
-    """Writes the in-flight `batches` of the checkpoint after `step` updates (atomically; none
-    after a run's last update), and removes the files of checkpoints not in `keep`."""
+def save_pending(directory: Path, step: int, batches: dict[int, Any], keep: set[int],
+                 process: int = 0) -> None:
+    """Writes `process`'s in-flight `batches` of the checkpoint after `step` updates
+    (atomically; none after a run's last update), and removes its files of checkpoints not
+    in `keep`. Every process saves its own: each samples its own groups."""
     folder = directory / PENDING
     folder.mkdir(exist_ok=True)
-    partial = folder / f"{step}.partial"
+    partial = folder / f"{step}.{process}.partial"
     partial.write_bytes(pickle.dumps(batches))
-    partial.replace(folder / f"{step}.pkl")
-    for path in folder.glob("*.pkl"):
-        if int(path.stem) not in keep | {step}:
+    partial.replace(_pending_file(directory, step, process))
+    for path in folder.glob(f"*.{process}.pkl"):
+        if int(path.name.split(".")[0]) not in keep | {step}:
             path.unlink()
 
 
-def load_pending(directory: Path, step: int) -> dict[int, Any]:
-    """The in-flight batches saved with the checkpoint after `step` updates (none where that
-    was a run's last: extended, it samples its next batches with that update's params).
+def load_pending(directory: Path, step: int, process: int = 0) -> dict[int, Any]:
+    """`process`'s in-flight batches saved with the checkpoint after `step` updates (none
+    where that was a run's last: extended, it samples its next batches with that update's
+    params).
 
     Raises:
       ValueError: no file was saved with it.
     """
-    path = directory / PENDING / f"{step}.pkl"
+    path = _pending_file(directory, step, process)
     if not path.exists():
         raise ValueError(f"{directory} holds an asynchronous run whose checkpoint at step {step} "
-                         f"has no in-flight batches ({path}); it cannot resume exactly")
+                         f"has no in-flight batches of process {process} ({path}); it cannot "
+                         "resume exactly")
     return pickle.loads(path.read_bytes())
+
+
+def _pending_file(directory: Path, step: int, process: int) -> Path:
+    return directory / PENDING / f"{step}.{process}.pkl"

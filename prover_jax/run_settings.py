@@ -38,8 +38,9 @@ class TinyModel:
 @dataclasses.dataclass(frozen=True)
 class AsyncConfig:
     """Bounded-staleness asynchronous updates (`prover_jax.ahead`): update t trains on a batch
-    sampled with the params of update ``max(0, t - max_staleness)``, produced in a thread
-    while the learner trains on the batches before it. 0 is the synchronous loop."""
+    sampled with the params of update ``max(0, t - max_staleness)``, sampled in a thread (on
+    every process) while the learner trains on the batches before it. 0 is the synchronous
+    loop."""
 
     max_staleness: int = 0
 

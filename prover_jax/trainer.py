@@ -182,18 +182,22 @@ def to_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int,
                         **pack_kwargs)
 
 
-def agreed_batch(groups: list[list[Episode]], pad_token_id: int, max_len: int,
-                 row_multiple: int):
-    """`to_batch` of this process's groups, padded to the longest L and T of any process (the
-    learner's global batch stacks every process's rows)."""
-    batch, old = to_batch(groups, pad_token_id, max_len, row_multiple)
-    mine = [batch.tokens.shape[1], batch.turn_valid.shape[1]]
-    shapes = distributed.gather_objects(mine)
-    agreed = [max(shape[0] for shape in shapes), max(shape[1] for shape in shapes)]
+def horizon(config: TrainConfig, env: envs.Env) -> int:
+    """The most actions an episode of the run takes: T of every process's batch with several
+    processes, whose host sides run before the processes agree on shapes."""
+    return min(config.max_actions or env.max_turns, env.max_turns)
+
+
+def agreed_batch(groups: list[list[Episode]], batch: Batch, old: np.ndarray,
+                 pad_token_id: int, max_len: int, row_multiple: int):
+    """(batch, old) of this process's `groups` padded to the longest L of any process (the
+    learner's global batch stacks every process's rows; their T is already the same)."""
+    mine = batch.tokens.shape[1]
+    agreed = max(distributed.gather_objects(mine))
     if agreed == mine:
         return batch, old
-    return to_batch(groups, pad_token_id, max_len, row_multiple, min_len=agreed[0],
-                    min_turns=agreed[1])
+    return to_batch(groups, pad_token_id, max_len, row_multiple, min_len=agreed,
+                    min_turns=batch.turn_valid.shape[1])
 
 
 def process_groups(config: TrainConfig) -> range:
@@ -454,31 +458,38 @@ def roll_out(config: TrainConfig, pool: EnvPool, policy: ModelPolicy, tasks: Seq
 
 
 @dataclasses.dataclass
-class Produced:
-    """One update's batch as the rollout, the host side and credit made it (host arrays: it
-    is saved with a checkpoint while in flight, `prover_jax.ahead`)."""
+class Sampled:
+    """One update's rollout and its credit method's host side, before credit (host arrays: it
+    is saved with a checkpoint while in flight, `prover_jax.ahead`). Collective-free: an
+    asynchronous run makes it in a thread of its own on every process."""
 
     step: int
     version: int  # the updates the params it was sampled with had made
     next_key: np.ndarray  # uint32 [2]: the key data of the next step's draws
     position: int  # the data position of its first task
     groups: list[list[Episode]]
-    batch: Batch
+    pad_id: int  # what its batch is padded with
+    batch: Batch  # this process's rows; with several processes, T is the run's `horizon`
     old: np.ndarray  # float32 [B, L] the sampler's log-probs
     output: HostOutput
+    seconds: dict[str, float]  # of its rollout and host side
+
+
+@dataclasses.dataclass
+class Produced(Sampled):
+    """`Sampled` with L agreed over the processes, and its credit."""
+
     advantages: np.ndarray  # float32 [B, L]
     dropped: np.ndarray | None  # bool [B, L] tokens left out of the loss
     parts: dict[str, np.ndarray]  # float32 [B, T] per source (`credit.parts`)
-    seconds: dict[str, float]  # of its rollout and credit
 
 
-def produce(config: TrainConfig, env: envs.Env, pool: EnvPool, host, tasks, cfg, tokenizer,
-            mine: range, row_multiple: int, step: int, key_data: np.ndarray, position: int,
-            sampler_params, version: int) -> Produced:
-    """The batch of update `step`: its tasks from the data `position`, its groups rolled out
-    with `sampler_params` (`to_sampler` of the params after `version` updates), the host side,
-    and credit; its random draws from the step's key data."""
-    method, settings = credit.get(config.credit), config.credit_settings()
+def sample(config: TrainConfig, env: envs.Env, pool: EnvPool, host, tasks, cfg, tokenizer,
+           mine: range, row_multiple: int, step: int, key_data: np.ndarray, position: int,
+           sampler_params, version: int) -> Sampled:
+    """The rollout of update `step`: its tasks from the data `position`, its groups rolled out
+    with `sampler_params` (`to_sampler` of the params after `version` updates), and the
+    host side; its random draws from the step's key data."""
     laps = Laps()
     seed, next_key = step_seed(key_data)
     chosen = [task_at(tasks, position + g, config.seed) for g in mine]
@@ -486,22 +497,37 @@ def produce(config: TrainConfig, env: envs.Env, pool: EnvPool, host, tasks, cfg,
                          config.chat)
     groups, trees = roll_out(config, pool, policy, chosen,
                              [group_rng(seed, g, "rollout") for g in mine], step)
-    batch, old = agreed_batch(groups, policy.pad_id, cfg.max_position_embeddings, row_multiple)
+    turns = horizon(config, env) if jax.process_count() > 1 else 1
+    batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings, row_multiple,
+                          min_turns=turns)
     laps.lap("rollout")
     rows, turns = batch.turn_valid.shape
     output = (HostOutput({}, {}, {}) if host is None else
               host(HostContext(env, groups, pool, policy,
                                [group_rng(seed, g, "host") for g in mine], rows, turns, trees)))
+    policy_pad = policy.pad_id
     del policy  # its sampling copy of the weights
-    credited = credit.compute(config.credit, batch, output.inputs, settings)
-    dropped = (None if method.dropped_tokens is None else
-               method.dropped_tokens(batch, output.inputs, settings, old))
-    parts = credit.parts(config.credit, batch, output.inputs, settings, credited)
     laps.lap("credit")
-    return Produced(step, version, np.asarray(jax.device_get(next_key)), position, groups, batch,
-                    old, jax.device_get(output), np.asarray(jax.device_get(credited.tokens)),
-                    None if dropped is None else np.asarray(jax.device_get(dropped)),
-                    jax.device_get(parts), laps.seconds)
+    return Sampled(step, version, np.asarray(jax.device_get(next_key)), position, groups,
+                   policy_pad, batch, old, jax.device_get(output), laps.seconds)
+
+
+def with_credit(config: TrainConfig, sampled: Sampled, max_len: int, row_multiple: int
+                ) -> Produced:
+    """`sampled` padded to the L every process agrees on, and its credit (collectives: the
+    learner's thread makes it, on every process in the same order)."""
+    method, settings = credit.get(config.credit), config.credit_settings()
+    batch, old = agreed_batch(sampled.groups, sampled.batch, sampled.old, sampled.pad_id,
+                              max_len, row_multiple)
+    inputs = sampled.output.inputs
+    credited = credit.compute(config.credit, batch, inputs, settings)
+    dropped = (None if method.dropped_tokens is None else
+               method.dropped_tokens(batch, inputs, settings, old))
+    parts = credit.parts(config.credit, batch, inputs, settings, credited)
+    return Produced(**{**vars(sampled), "batch": batch, "old": old},
+                    advantages=np.asarray(jax.device_get(credited.tokens)),
+                    dropped=None if dropped is None else np.asarray(jax.device_get(dropped)),
+                    parts=jax.device_get(parts))
 
 
 def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks, cfg, params,
@@ -516,9 +542,6 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
     state = run_dir.state
     reference = reference_policy(learner, params) if config.learner.loss.kl_coef else None
     staleness = config.asynchronous.max_staleness
-    if staleness and jax.process_count() > 1:
-        raise ValueError("asynchronous updates run on one process for now; with several, "
-                         "set asynchronous.max_staleness=0")
     with (EnvPool(config.env, len(mine) * group_rows(config), config.workers,
                   config=dict(config.env_options)) as pool,
           deferred_signals() as received):
@@ -529,12 +552,12 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
         first = int(state.step)
         chain = {"step": first, "key": state.rng, "position": int(state.data_position)}
 
-        def produced(step: int, sampler_params, version: int) -> Produced:
-            assert step == chain["step"]  # batches are produced in order
+        def sampled(step: int, sampler_params, version: int) -> Sampled:
+            assert step == chain["step"]  # batches are sampled in order
             with pool_in_use:
-                batch = produce(config, env, pool, host, tasks, cfg, tokenizer, mine,
-                                row_multiple, step, chain["key"], chain["position"],
-                                sampler_params, version)
+                batch = sample(config, env, pool, host, tasks, cfg, tokenizer, mine,
+                               row_multiple, step, chain["key"], chain["position"],
+                               sampler_params, version)
             chain.update(step=step + 1, key=batch.next_key,
                          position=batch.position + config.groups)
             return batch
@@ -545,8 +568,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
             last = pending[max(pending)]
             chain.update(step=last.step + 1, key=last.next_key,
                          position=last.position + config.groups)
-        source = (ahead.Inline(produced) if not staleness else
-                  ahead.Ahead(produced, staleness, first, config.steps, pending))
+        source = (ahead.Inline(sampled) if not staleness else
+                  ahead.Ahead(sampled, staleness, first, config.steps, pending))
 
         def offer(state) -> None:
             sampler = to_sampler(state.params, cfg, learner.mesh, config.sampling.dtype)
@@ -562,8 +585,11 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                 if not staleness:  # its params, right before its rollout
                     offer(state)
                 laps = Laps()
-                batch = source.take(step)
+                sampled_batch = source.take(step)
                 laps.lap("wait")
+                batch = with_credit(config, sampled_batch, cfg.max_position_embeddings,
+                                    row_multiple)
+                laps.lap("credit")
                 train_batch = from_process_local(learner.mesh, TrainBatch(
                     batch.batch, batch.advantages, batch.old, dropped=batch.dropped))
                 shares = {}
@@ -593,7 +619,8 @@ def _train(config: TrainConfig, host_options: HostOptions, env: envs.Env, tasks,
                         evaluation = evaluated(config, pool, state.params, learner, cfg,
                                                tokenizer, env)
                     laps.lap("eval")
-                seconds = {**batch.seconds, **laps.seconds}
+                seconds = {name: batch.seconds.get(name, 0.0) + laps.seconds.get(name, 0.0)
+                           for name in {**batch.seconds, **laps.seconds}}
                 if not staleness:  # the rollout and credit are the step's own time
                     del seconds["wait"]
                 row, records = step_record(batch, metrics, seconds, {**shares, **evaluation},
@@ -681,15 +708,15 @@ class RunDirectory:
         return due
 
     def save_pending(self, step: int, batches: dict) -> None:
-        """The batches produced ahead for updates the checkpoint after `step` updates has not
-        made (`prover_jax.ahead`; none after the last), saved beside it; process 0 only (one
-        process for now)."""
-        if self.main:
-            ahead.save_pending(self.directory, step, batches, set(self.checkpoints.steps()))
+        """This process's batches sampled ahead for updates the checkpoint after `step`
+        updates has not made (`prover_jax.ahead`; none after the last), saved beside it."""
+        ahead.save_pending(self.directory, step, batches, set(self.checkpoints.steps()),
+                           jax.process_index())
 
     def load_pending(self, step: int) -> dict:
-        """The batches saved with the checkpoint after `step` updates (`save_pending`)."""
-        return ahead.load_pending(self.directory, step)
+        """This process's batches saved with the checkpoint after `step` updates
+        (`save_pending`)."""
+        return ahead.load_pending(self.directory, step, jax.process_index())
 
     def stop_if_signalled(self, state, signum: int | None, run_dir: str | None,
                           pending: Callable[[], dict] | None = None) -> None:

@@ -76,11 +76,16 @@ def test_close_waits_for_the_batch_in_production():
     assert [step for step, _, _ in made] == [0, 1]  # it finished batch 1, started no other
 
 
-def test_pending_batches_are_saved_beside_the_kept_checkpoints(tmp_path):
+def test_pending_batches_are_saved_beside_the_kept_checkpoints_by_each_process(tmp_path):
     ahead.save_pending(tmp_path, 3, {3: "a"}, keep={3})
+    ahead.save_pending(tmp_path, 3, {3: "a of 1"}, keep={3}, process=1)
     ahead.save_pending(tmp_path, 6, {6: "b"}, keep={3, 6})
     ahead.save_pending(tmp_path, 9, {}, keep={6, 9})  # a run's last: nothing in flight
-    assert sorted(p.name for p in (tmp_path / ahead.PENDING).iterdir()) == ["6.pkl", "9.pkl"]
+    assert sorted(p.name for p in (tmp_path / ahead.PENDING).iterdir()) == [
+        "3.1.pkl", "6.0.pkl", "9.0.pkl"]  # process 1 has not saved since
     assert ahead.load_pending(tmp_path, 6) == {6: "b"} and ahead.load_pending(tmp_path, 9) == {}
-    with pytest.raises(ValueError, match="no in-flight batches"):
+    assert ahead.load_pending(tmp_path, 3, process=1) == {3: "a of 1"}
+    with pytest.raises(ValueError, match="no in-flight batches of process 0"):
         ahead.load_pending(tmp_path, 3)
+    ahead.save_pending(tmp_path, 6, {6: "b of 1"}, keep={6, 9}, process=1)
+    assert not (tmp_path / ahead.PENDING / "3.1.pkl").exists()

@@ -46,12 +46,12 @@ def test_an_asynchronous_run_killed_and_resumed_is_bit_identical_to_an_uninterru
     output = _interrupt_when(process, cut / "metrics.jsonl", 1, signal.SIGTERM)
     assert process.returncode == 128 + signal.SIGTERM, output[-2000:]
     done = len(read_metrics(cut))
-    assert [p.name for p in (cut / "pending").glob("*.pkl")] == [f"{done}.pkl"]
+    assert [p.name for p in (cut / "pending").glob("*.pkl")] == [f"{done}.0.pkl"]
     process = started()
     output = _interrupt_when(process, cut / "metrics.jsonl", 4, signal.SIGKILL)
     assert process.returncode == -signal.SIGKILL, output[-2000:]
     assert f"{done} of 5 steps done" in output
-    assert "3.pkl" in {p.name for p in (cut / "pending").glob("*.pkl")}
+    assert "3.0.pkl" in {p.name for p in (cut / "pending").glob("*.pkl")}
     main([*args, "--run-dir", str(cut)])
     assert without_times(read_metrics(cut)) == without_times(read_metrics(whole))
     tokenizer = tiny_tokenizer(environment_texts(envs.make("household")))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from prover_jax.model_policy import SamplingConfig
-from prover_jax.run_settings import TinyModel, TrainConfig
+from prover_jax.run_settings import AsyncConfig, TinyModel, TrainConfig
 from prover_jax.settings import EvalConfig
 from tests.prover_jax.test_learner_step import CFG, FP32, init_params, make_batch, run
 from tests.tpu import parity_env
@@ -67,10 +67,11 @@ def test_two_processes_train_like_one(tmp_path):
         np.testing.assert_allclose(got[name], np.asarray(x), atol=1e-4, rtol=1e-5)
 
 
-def TRAIN(run_dir: str) -> TrainConfig:
-    """The 2-process trainer test's run: VICT on `parity_env` (mixed groups from a random
-    model), 2 groups (one per process)."""
-    return TrainConfig(env=parity_env.NAME, credit="vict", steps=2, groups=2, group_size=4,
+def TRAIN(run_dir: str, staleness: int = 0, steps: int = 2) -> TrainConfig:
+    """The 2-process trainer tests' run: VICT on `parity_env` (mixed groups from a random
+    model), 2 groups (one per process), `staleness` its `asynchronous.max_staleness`."""
+    return TrainConfig(env=parity_env.NAME, credit="vict", steps=steps, groups=2, group_size=4,
+                       asynchronous=AsyncConfig(max_staleness=staleness),
                        max_actions=1, workers=1, run_dir=run_dir, checkpoint_every=1,
                        sampling=SamplingConfig(max_new_tokens=4), eval_every=2,
                        evaluation=EvalConfig(tasks=2, samples=0), mesh=MeshConfig(fsdp=-1),
@@ -111,6 +112,28 @@ def test_two_processes_run_the_trainer_like_one(tmp_path):
     alone = np.load(one / "final.npz")
     for i in range(len(final.files)):
         np.testing.assert_allclose(final[f"arr_{i}"], alone[f"arr_{i}"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_processes_train_asynchronously_and_resume_like_one(tmp_path):
+    """With one update of staleness, each process samples its group in a thread of its own
+    and saves it while in flight; stopped after update 1 and resumed, two processes make the
+    updates one process makes uninterrupted."""
+    two, one = tmp_path / "two", tmp_path / "one"
+    run_processes("tests.tpu.train_worker", 2, str(two), "1", "3", "1", timeout=600)
+    assert sorted(p.name for p in (two / "pending").iterdir()) == ["1.0.pkl", "1.1.pkl",
+                                                                   "2.0.pkl", "2.1.pkl"]
+    run_processes("tests.tpu.train_worker", 2, str(two), "1", "3", timeout=600)
+    run_processes("tests.tpu.train_worker", 1, str(one), "1", "3", timeout=600)
+    rows = [json.loads(line) for line in (two / "metrics.jsonl").read_text().splitlines()]
+    single = [json.loads(line) for line in (one / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [row["step"] for row in single] == [0, 1, 2]
+    assert [row["async/staleness"] for row in rows] == [0, 1, 1]
+    for name in ("reward/mean", "episode/actions", "learner/loss", "async/staleness"):
+        assert [row[name] for row in rows] == pytest.approx([row[name] for row in single],
+                                                            rel=1e-5, abs=1e-6), name
+    np.testing.assert_allclose(np.load(two / "final.npz")["arr_0"],
+                               np.load(one / "final.npz")["arr_0"], rtol=1e-5, atol=1e-6)
 
 
 def test_settings_are_checked():
