@@ -2,7 +2,8 @@
 
 Pre-registered studies, picked with ``--study`` (`STUDIES`): on household-small the first
 (``first``, the default) and a powered one (``powered``), made over several sittings; on
-household-pivot the pilot of the positive controls (``pivot-pilot``).
+household-pivot the pilot of the positive controls (``pivot-pilot``); and GRPO with
+asynchronous updates beside the powered study's synchronous GRPO (``asynchronous``).
 
 The first study:
 
@@ -56,6 +57,11 @@ each arm's paired differences to GRPO with a bootstrap interval, the one-sided p
 in every seed, t-test p < 0.05), and the diagnostics (each credit part's share of the advantage
 mass among them).
 
+The asynchronous study (``asynchronous``; docs/results.md, "Asynchronous updates") runs the
+powered study's GRPO with ``asynchronous.max_staleness: 1`` (arm ``grpo-async``), seeds 0-2,
+beside that study's own GRPO records (its records folder is the powered study's); its summary
+is ``experiments/results/asynchronous.json`` and ``docs/results-asynchronous.png``.
+
 ``--smoke`` runs 1-2 steps of everything in a temporary folder and writes no results (CI runs
 it so the script cannot rot). ``--arms`` and ``--seeds`` pick a subset; ``--report`` runs
 nothing and summarizes the recorded runs (each arm lists its seeds).
@@ -97,6 +103,7 @@ ARMS: dict[str, list[str]] = {
     "prover-oracle-judge": ["credit=prover", "host.judge=oracle"],
     "prover-verifier-judge": ["credit=prover", "host.judge=verifier"],
     "oracle-progress": ["credit=oracle-progress"],
+    "grpo-async": ["credit=grpo", "asynchronous.max_staleness=1"],
 }
 BUDGET_OF = {"grpo-budget-matched": "prover"}  # arm -> the arm whose cost it matches
 SUCCESS = "eval/greedy/success"
@@ -439,9 +446,10 @@ def powered_table(summary: dict, start_success: float) -> str:
                    "credit/prover/acceptance_rate", "credit/prover/mean_delta",
                    "credit/vict/abstained", *reasons]
     lines += ["", "Diagnostics (means over updates and seeds; ProVer's pooled over proposals):",
-              "", "| arm | mixed groups | episodes / update | ProVer extra env steps "
-              "| s / update | ProVer acceptance | ProVer mean Δ | VICT abstained | "
-              + " | ".join(f"abstained: {r.rsplit('/', 1)[1]}" for r in reasons) + " |",
+              "", "| " + " | ".join(
+                  ["arm", "mixed groups", "episodes / update", "ProVer extra env steps",
+                   "s / update", "ProVer acceptance", "ProVer mean Δ", "VICT abstained",
+                   *(f"abstained: {r.rsplit('/', 1)[1]}" for r in reasons)]) + " |",
               "|---|" + "---|" * len(diagnostics)]
     for arm, s in summary.items():
         lines.append(f"| {arm} | " + " | ".join(cell(s, key) for key in diagnostics) + " |")
@@ -662,6 +670,13 @@ STUDIES = {
         seeds=(0, 1, 2), final_samples=0, summarize=summarize_pivot, table=pivot_table,
         summary=RESULTS / "pivot-pilot.json", plot=ROOT / "docs" / "results-pivot-pilot.png",
         curve="probe", y_label="choice probe (held-out)"),
+    "asynchronous": Study(
+        config=ROOT / "configs" / "household-small-powered.yaml",
+        sft_config=ROOT / "configs" / "sft" / "household-small-recovery2.yaml",
+        start=RESULTS / "runs" / "sft-recovery2", runs="powered", records=RESULTS / "powered",
+        arms=("grpo", "grpo-async"), seeds=(0, 1, 2), final_samples=4,
+        summarize=summarize_powered, table=powered_table,
+        summary=RESULTS / "asynchronous.json", plot=ROOT / "docs" / "results-asynchronous.png"),
 }
 
 
