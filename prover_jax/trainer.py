@@ -497,9 +497,9 @@ def sample(config: TrainConfig, env: envs.Env, pool: EnvPool, host, tasks, cfg, 
                          config.chat)
     groups, trees = roll_out(config, pool, policy, chosen,
                              [group_rng(seed, g, "rollout") for g in mine], step)
-    turns = horizon(config, env) if jax.process_count() > 1 else 1
+    min_turns = horizon(config, env) if jax.process_count() > 1 else 1
     batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings, row_multiple,
-                          min_turns=turns)
+                          min_turns=min_turns)
     laps.lap("rollout")
     rows, turns = batch.turn_valid.shape
     output = (HostOutput({}, {}, {}) if host is None else
