@@ -355,3 +355,27 @@ def test_the_supervised_controls_figures_are_its_records():
     config = json.loads((results / "runs" / "sft-pivot-clue-always" / "config.json").read_text())
     assert config["env_options"] == {"demonstrator": "clue", "clue": "always"}
     assert (config["demonstrations"], config["steps"]) == (1280, 160)
+
+    choices = json.loads((results / "pivot_start-sft-pivot-clue-choices.json").read_text())
+    choices = choices["results"]
+    assert pivot_start.gate_table(choices["gate"]) in docs
+    assert pivot_start.probe_line(choices["probe"]) in docs
+    assert (f"A discrimination of {discrimination(choices['probe'])} (the start's "
+            f"{discrimination(start['probe'])}), and the goal object in "
+            f"{choices['gate']['goal_object_chosen']:.0%}") in flat
+    assert (f"(p(take) {start['probe']['p_wrong_action']:.3f} to "
+            f"{choices['probe']['p_wrong_action']:.3f})") in flat
+    assert (f"(valid actions {start['gate']['valid_actions']:.3f} to "
+            f"{choices['gate']['valid_actions']:.3f}, sampled success "
+            f"{start['gate']['success']:.3f} to {choices['gate']['success']:.3f})") in flat
+    config = json.loads((results / "runs" / "sft-pivot-clue-choices" / "config.json").read_text())
+    assert config["env_options"] == {"demonstrator": "clue"} and config["train_on"] == "choices"
+    assert (config["demonstrations"], config["steps"]) == (1280, 160)
+
+    marked = json.loads((results / "pivot_start-sft-pivot-2-clue-marked.json").read_text())
+    assert marked["settings"]["clue"] == "marked"
+    marked = marked["results"]
+    assert pivot_start.gate_table(marked["gate"]) in docs
+    assert pivot_start.probe_line(marked["probe"]) in docs
+    assert f"hold 1-3 successes ({marked['gate']['groups_1_3']:.2f})" in flat
+    assert f"(a discrimination of {discrimination(marked['probe'])})" in flat
