@@ -379,3 +379,35 @@ def test_the_supervised_controls_figures_are_its_records():
     assert pivot_start.probe_line(marked["probe"]) in docs
     assert f"hold 1-3 successes ({marked['gate']['groups_1_3']:.2f})" in flat
     assert f"(a discrimination of {discrimination(marked['probe'])})" in flat
+
+
+def test_the_asynchronous_studys_figures_are_its_records_summarized():
+    """docs/results.md, "Asynchronous updates against synchronous ones": the primary table and
+    the paired differences, from the records of both arms (the synchronous GRPO's are the
+    powered study's)."""
+    study = compare.STUDIES["asynchronous"]
+    assert study.records == compare.STUDIES["powered"].records
+    committed = json.loads(study.summary.read_text())
+    runs = {arm: {seed: study.records / compare.run_name(arm, seed) for seed in study.seeds}
+            for arm in study.arms}
+    assert compare.summarize_powered(runs, committed["start_success"]) == committed["arms"]
+    docs = (ROOT / "docs" / "results.md").read_text()
+    flat = " ".join(docs.split())
+    assert compare.powered_table(committed["arms"], committed["start_success"]).split(
+        "\n\n")[1] in docs
+    versus = committed["arms"]["grpo-async"]["versus_grpo"]
+
+    def interval(key):
+        low, high = versus[key]["interval"]
+        return f"{versus[key]['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+    auc = versus["auc"]
+    assert (f"The paired AUC difference is {auc['mean']:+.3f} (seeds 0-2: "
+            + ", ".join(f"{d:+.3f}" for d in auc["differences"])
+            + f"; 95% interval [{auc['interval'][0]:+.3f}, {auc['interval'][1]:+.3f}])") in flat
+    assert (f"the final greedy success differs by {interval('eval/greedy/success')} and the "
+            f"final sampled success by {interval('eval/sampled/success')}") in flat
+    assert (f"learns as the synchronous GRPO does (AUC {interval('auc')})") in flat
+    assert auc["interval"][0] <= 0 <= auc["interval"][1] and abs(auc["mean"]) < 0.05
+    config = json.loads((study.records / "grpo-async-seed0" / "config.json").read_text())
+    assert config["asynchronous"]["max_staleness"] == 1
