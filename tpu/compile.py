@@ -685,7 +685,8 @@ def setup_from_config(path: str, model: str | None, accelerator: str,
                          remat=learner.remat, logits_chunk=learner.logits_chunk,
                          recompute_logits=learner.recompute_logits,
                          head_per_device=learner.head_per_device,
-                         reference=learner.loss.kl_coef > 0)
+                         reference=learner.loss.kl_coef > 0,
+                         staleness=config.asynchronous.max_staleness)
     return Setup(name, cfg, topology.parse_slice(accelerator), config.mesh, work)
 
 

@@ -25,14 +25,17 @@ What each line counts, per device:
 - KV cache: the sampler's keys and values over the rows it decodes at once, at a context of
   prompt + a turn's new tokens + response slots, in the sampler dtype (Gated DeltaNet layers:
   their float32 state and convolution history instead).
-- sampler copy: the params in the sampler dtype under `tpu.mesh.SAMPLER_RULES`.
+- sampler copy: the params in the sampler dtype under `tpu.mesh.SAMPLER_RULES`; with
+  ``staleness`` s (asynchronous updates), s + 1 of them: the one the rollouts sample with and
+  those the learner has offered since.
 - sampler activations: the larger of the sampler's two programs' temporaries
   (`sampler_activation_bytes`).
 
 On a slice of several hosts each host samples its share of the rows on one chip with a whole
 copy of the weights (`tpu.mesh.to_sampler`), and the sampler lines count that chip. The step's
 total is its larger phase: the learner's lines, or the rollout's (the learner's params and
-AdamW state stay resident beside the sampler's lines).
+AdamW state stay resident beside the sampler's lines). With asynchronous updates the two run
+at once on the same chips, and the total is the learner's lines and the sampler's together.
 
 The activation lines are estimates of what the TPU compiler keeps; `bench/plan.py` compares
 every line group with the compiler's own memory analysis (`tpu.compile`).
@@ -90,8 +93,11 @@ class Workload:
     recompute_logits: bool = True
     head_per_device: bool = False  # `LearnerConfig.head_per_device`
     reference: bool = False  # a KL reference model beside the learner (kl_coef > 0)
+    staleness: int = 0  # `AsyncConfig.max_staleness`: the sampler runs beside the learner
 
     def __post_init__(self):
+        if self.staleness < 0:
+            raise ValueError(f"staleness must be >= 0, got {self.staleness}")
         if min(self.rows, self.micro_batches, self.prompt + self.response, self.sampler_rows,
                self.group_size, self.turn_tokens, self.logits_chunk) < 1:
             raise ValueError("rows, micro_batches, prompt + response, sampler_rows, group_size, "
@@ -120,6 +126,8 @@ WORKLOAD_HELP = {
     "recompute_logits": "recompute each logits chunk in the backward pass",
     "head_per_device": "run the LM head on each device's rows (LearnerConfig.head_per_device)",
     "reference": "a KL reference model beside the learner (learner.loss.kl_coef > 0)",
+    "staleness": ("asynchronous.max_staleness: updates the sampler runs ahead of the learner, "
+                  "on the same chips (0: they take turns)"),
 }
 
 
@@ -388,12 +396,13 @@ def plan(cfg: QwenConfig, mesh: MeshConfig, device_count: int, work: Workload = 
         "activations": activation_bytes(cfg, work, sizes),
         "kv cache": cache_bytes(cfg, work, sizes, hosts),
         "sampler copy": param_elements(cfg, SAMPLER_RULES, sampler_view(work, sizes, hosts)[1])
-        * float(DTYPE_BYTES[work.sampler_dtype]),
+        * float(DTYPE_BYTES[work.sampler_dtype]) * (work.staleness + 1),
         "sampler activations": sampler_activation_bytes(cfg, work, sizes, hosts),
     }
     learner = sum(out[name] for name in LEARNER_LINES)
     rollout = sum(out[name] for name in STATE_LINES + SAMPLER_LINES)
-    out["total"] = max(learner, rollout)
+    sampler = sum(out[name] for name in SAMPLER_LINES)
+    out["total"] = learner + sampler if work.staleness else max(learner, rollout)
     return out
 
 

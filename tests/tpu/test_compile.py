@@ -274,9 +274,10 @@ def test_a_config_becomes_a_setup(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("groups: 4\ngroup_size: 4\nsampling:\n  max_new_tokens: 64\n"
                       "  max_context: 512\n  dtype: bfloat16\nlearner:\n  micro_batches: 2\n"
-                      "  remat: true\nmesh:\n  fsdp: -1\n")
+                      "  remat: true\nmesh:\n  fsdp: -1\nasynchronous:\n  max_staleness: 1\n")
     setup = tpu_compile.setup_from_config(str(config), "qwen3-0.6b", "v5e-8")
     assert (setup.work.rows, setup.work.micro_batches, setup.work.length) == (16, 2, 512)
+    assert setup.work.staleness == 1
     assert (setup.work.response, setup.work.sampler_dtype, setup.work.group_size) == (
         64, "bfloat16", 4)
     assert setup.sizes == {"data": 1, "fsdp": 8, "model": 1}

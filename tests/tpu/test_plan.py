@@ -60,6 +60,24 @@ def test_reference_line_is_the_trainers_kl_reference():
     assert with_reference["total"] == without["total"] + with_reference["reference"]
 
 
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_asynchronous_updates_hold_the_sampler_beside_the_learner(staleness):
+    """With the rollouts `staleness` updates ahead, the sampler runs while the learner trains:
+    the total is both phases' lines at once, with a sampler copy of every version the
+    rollouts may still be given (`prover_jax.ahead.Ahead`: the one sampling and those
+    offered since)."""
+    cfg, mesh = CONFIGS["qwen3"], MeshConfig(fsdp=4, model=2)
+    work = plan.Workload(rows=16, micro_batches=2)
+    synchronous = plan.plan(cfg, mesh, 8, work)
+    ahead = plan.plan(cfg, mesh, 8, dataclasses.replace(work, staleness=staleness))
+    assert ahead["sampler copy"] == (staleness + 1) * synchronous["sampler copy"]
+    assert ahead["total"] == (sum(ahead[n] for n in plan.LEARNER_LINES)
+                              + sum(ahead[n] for n in plan.SAMPLER_LINES))
+    assert ahead["total"] > synchronous["total"]
+    with pytest.raises(ValueError, match="staleness must be >= 0"):
+        plan.Workload(staleness=-1)
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_cache_line_is_the_sampler_cache(name):
     cfg = CONFIGS[name]
