@@ -2,7 +2,8 @@
 
 Pre-registered studies, picked with ``--study`` (`STUDIES`): on household-small the first
 (``first``, the default) and a powered one (``powered``), made over several sittings; on
-household-pivot the pilot of the positive controls (``pivot-pilot``); and GRPO with
+household-pivot the pilot of the positive controls (``pivot-pilot``), and the same pilot on
+its marked clue (``pivot-pilot-marked``); and GRPO with
 asynchronous updates beside the powered study's synchronous GRPO (``asynchronous``).
 
 The first study:
@@ -56,6 +57,11 @@ each arm's paired differences to GRPO with a bootstrap interval, the one-sided p
 (raw and Holm-adjusted over the arms), the sign test and whether the arm separates (above GRPO
 in every seed, t-test p < 0.05), and the diagnostics (each credit part's share of the advantage
 mass among them).
+
+The marked pilot (``pivot-pilot-marked``; docs/results.md, "The pilot stopped") is the pivot
+pilot, the same arms, seeds, start and rule, on household-pivot with ``clue: marked``
+(``configs/household-pivot-marked.yaml``); its records go to
+``experiments/results/pivot-pilot-marked/``.
 
 The asynchronous study (``asynchronous``; docs/results.md, "Asynchronous updates") runs the
 powered study's GRPO with ``asynchronous.max_staleness: 1`` (arm ``grpo-async``), seeds 0-2,
@@ -669,6 +675,16 @@ STUDIES = {
         records=RESULTS / "pivot-pilot", arms=("grpo", "prover-oracle-judge", "oracle-progress"),
         seeds=(0, 1, 2), final_samples=0, summarize=summarize_pivot, table=pivot_table,
         summary=RESULTS / "pivot-pilot.json", plot=ROOT / "docs" / "results-pivot-pilot.png",
+        curve="probe", y_label="choice probe (held-out)"),
+    "pivot-pilot-marked": Study(
+        config=ROOT / "configs" / "household-pivot-marked.yaml",
+        sft_config=ROOT / "configs" / "sft" / "household-pivot-2.yaml",
+        start=RESULTS / "runs" / "sft-pivot-2", runs="pivot-pilot-marked",
+        records=RESULTS / "pivot-pilot-marked",
+        arms=("grpo", "prover-oracle-judge", "oracle-progress"), seeds=(0, 1, 2),
+        final_samples=0, summarize=summarize_pivot, table=pivot_table,
+        summary=RESULTS / "pivot-pilot-marked.json",
+        plot=ROOT / "docs" / "results-pivot-pilot-marked.png",
         curve="probe", y_label="choice probe (held-out)"),
     "asynchronous": Study(
         config=ROOT / "configs" / "household-small-powered.yaml",

@@ -3,6 +3,7 @@ the comparison's analysis on hand-made records."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -379,6 +380,31 @@ def test_the_supervised_controls_figures_are_its_records():
     assert pivot_start.probe_line(marked["probe"]) in docs
     assert f"hold 1-3 successes ({marked['gate']['groups_1_3']:.2f})" in flat
     assert f"(a discrimination of {discrimination(marked['probe'])})" in flat
+
+    control = json.loads((results / "pivot_start-sft-pivot-marked-clue-marked.json").read_text())
+    assert control["settings"]["clue"] == "marked"
+    control = control["results"]
+    assert pivot_start.gate_table(control["gate"]) in docs
+    assert pivot_start.probe_line(control["probe"]) in docs
+    assert (f"A discrimination of {discrimination(control['probe'])} (the start's "
+            f"{discrimination(marked['probe'])} on the same variant), the goal object in "
+            f"{control['gate']['goal_object_chosen']:.0%} of the look-alikes delivered or "
+            f"handled, and sampled success {marked['gate']['success']:.3f} to "
+            f"{control['gate']['success']:.3f}") in flat
+    assert control["probe"]["p_right_action"] - control["probe"]["p_wrong_action"] > 0.2
+    assert (f"the same control learns the choice (p(take) of the goal object "
+            f"{control['probe']['p_right_action']:.3f}, of a look-alike "
+            f"{control['probe']['p_wrong_action']:.3f})") in flat
+    readme = (ROOT / "README.md").read_text()
+    learned = control["probe"]["p_right_action"] - control["probe"]["p_wrong_action"]
+    assert f"(probe discrimination {learned:.2f})" in readme
+    assert marked["gate"]["groups_1_3"] > 0.5  # the start passes the gate on this variant
+    config = json.loads((results / "runs" / "sft-pivot-marked" / "config.json").read_text())
+    assert config["env_options"] == {"demonstrator": "clue", "clue": "marked"}
+    assert (config["demonstrations"], config["steps"]) == (1280, 160)
+    pilot = compare.load_config(compare.TrainConfig, compare.STUDIES["pivot-pilot-marked"].config)
+    first = compare.load_config(compare.TrainConfig, compare.STUDIES["pivot-pilot"].config)
+    assert pilot == dataclasses.replace(first, env_options={"clue": "marked"})
 
 
 def test_the_asynchronous_studys_figures_are_its_records_summarized():
