@@ -498,18 +498,18 @@ def sample(config: TrainConfig, env: envs.Env, pool: EnvPool, host, tasks, cfg, 
     groups, trees = roll_out(config, pool, policy, chosen,
                              [group_rng(seed, g, "rollout") for g in mine], step)
     min_turns = horizon(config, env) if jax.process_count() > 1 else 1
-    batch, old = to_batch(groups, policy.pad_id, cfg.max_position_embeddings, row_multiple,
+    pad_id = policy.pad_id
+    batch, old = to_batch(groups, pad_id, cfg.max_position_embeddings, row_multiple,
                           min_turns=min_turns)
     laps.lap("rollout")
     rows, turns = batch.turn_valid.shape
     output = (HostOutput({}, {}, {}) if host is None else
               host(HostContext(env, groups, pool, policy,
                                [group_rng(seed, g, "host") for g in mine], rows, turns, trees)))
-    policy_pad = policy.pad_id
     del policy  # its sampling copy of the weights
     laps.lap("credit")
     return Sampled(step, version, np.asarray(jax.device_get(next_key)), position, groups,
-                   policy_pad, batch, old, jax.device_get(output), laps.seconds)
+                   pad_id, batch, old, jax.device_get(output), laps.seconds)
 
 
 def with_credit(config: TrainConfig, sampled: Sampled, max_len: int, row_multiple: int
